@@ -1,0 +1,120 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+)
+
+// Net is an in-process toxiproxy: one proxy per (client group, master), so
+// two clients can see different networks ("A reaches {0,1,2}, B all five").
+// Methods are safe for concurrent use.
+type Net struct {
+	srv *toxiproxy.ApiServer
+
+	mu      sync.Mutex
+	proxies []*Proxy
+}
+
+// NewNet starts an in-process toxiproxy with no HTTP API and no logging.
+func NewNet() *Net {
+	// Toxics log through zerolog's global logger; keep test output clean.
+	zerolog.SetGlobalLevel(zerolog.Disabled)
+	return &Net{srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())}
+}
+
+// Proxy starts a proxy on a free loopback port in front of upstream.
+func (n *Net) Proxy(name, upstream string) (*Proxy, error) {
+	if !strings.HasPrefix(upstream, "127.0.0.1:") && !strings.HasPrefix(upstream, "localhost:") {
+		return nil, fmt.Errorf("chaos: upstream %q is not on loopback", upstream)
+	}
+	p := toxiproxy.NewProxy(n.srv, name, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	p.Lock()
+	addr := p.Listen
+	p.Unlock()
+	px := &Proxy{p: p, name: name, addr: addr}
+	n.mu.Lock()
+	n.proxies = append(n.proxies, px)
+	n.mu.Unlock()
+	return px, nil
+}
+
+// Close stops every proxy and closes their connections.
+func (n *Net) Close() {
+	n.mu.Lock()
+	ps := n.proxies
+	n.proxies = nil
+	n.mu.Unlock()
+	for _, p := range ps {
+		p.p.Stop()
+	}
+}
+
+// A Proxy is one client group's view of one master.
+type Proxy struct {
+	p    *toxiproxy.Proxy
+	name string
+	addr string
+
+	mu sync.Mutex
+	n  int // toxic name counter
+}
+
+// Addr is where the group's client connects ("127.0.0.1:PORT"); it stays
+// the same across Refuse and Accept.
+func (p *Proxy) Addr() string { return p.addr }
+
+// Name is the proxy's name.
+func (p *Proxy) Name() string { return p.name }
+
+func (p *Proxy) add(typ, stream string, attrs string) error {
+	p.mu.Lock()
+	p.n++
+	name := fmt.Sprintf("%s_%s_%d", typ, stream, p.n)
+	p.mu.Unlock()
+	_, err := p.p.Toxics.AddToxicJson(strings.NewReader(fmt.Sprintf(
+		`{"name":%q,"type":%q,"stream":%q,"toxicity":1.0,"attributes":{%s}}`, name, typ, stream, attrs)))
+	return err
+}
+
+// Latency delays every reply (downstream) by d ± jitter. It also delays the
+// handshake of new connections: warm pools first.
+func (p *Proxy) Latency(d, jitter time.Duration) error {
+	return p.add("latency", "downstream", fmt.Sprintf(`"latency":%d,"jitter":%d`, d.Milliseconds(), jitter.Milliseconds()))
+}
+
+// BlackholeUp drops everything the client sends: commands never reach Redis.
+func (p *Proxy) BlackholeUp() error { return p.add("timeout", "upstream", `"timeout":0`) }
+
+// BlackholeDown drops every reply: commands run on Redis, the client never
+// hears back (the "reply lost" case).
+func (p *Proxy) BlackholeDown() error { return p.add("timeout", "downstream", `"timeout":0`) }
+
+// ResetPeer resets connections (RST) after d.
+func (p *Proxy) ResetPeer(d time.Duration) error {
+	return p.add("reset_peer", "upstream", fmt.Sprintf(`"timeout":%d`, d.Milliseconds()))
+}
+
+// Heal removes every toxic.
+func (p *Proxy) Heal() { p.p.Toxics.ResetToxics(context.Background()) }
+
+// Refuse closes the listener and every live connection: clients get
+// "connection refused" until Accept.
+func (p *Proxy) Refuse() { p.p.Stop() }
+
+// Accept listens again on the same address.
+func (p *Proxy) Accept() error {
+	err := p.p.Start()
+	if err == toxiproxy.ErrProxyAlreadyStarted {
+		return nil
+	}
+	return err
+}
