@@ -1,0 +1,84 @@
+package redistest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvRequire names the environment variable that turns a missing redis-server
+// from a skip into a failure. scripts/test.sh and CI set it to 1.
+const EnvRequire = "REDLOCK_REQUIRE_REDIS"
+
+// Require skips the test when no redis-server is available, or fails it when
+// $REDLOCK_REQUIRE_REDIS is 1, so CI cannot pass by skipping.
+func Require(tb testing.TB) {
+	tb.Helper()
+	if _, err := Binary(); err != nil {
+		if os.Getenv(EnvRequire) == "1" {
+			tb.Fatalf("%v (%s=1)", err, EnvRequire)
+		}
+		tb.Skipf("skipping: %v", err)
+	}
+}
+
+// Start starts n servers in parallel, with opts[0] if given, and closes them in
+// tb.Cleanup. It calls [Require] first and tb.Fatal on any start error.
+func Start(tb testing.TB, n int, opts ...Options) []*Server {
+	tb.Helper()
+	Require(tb)
+	var o Options
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+	default:
+		tb.Fatalf("redistest.Start: got %d Options, want at most 1", len(opts))
+	}
+	servers, err := NewServers(n, o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		for _, s := range servers {
+			if err := s.Close(); err != nil {
+				tb.Errorf("redistest: close %s: %v", s.Addr(), err)
+			}
+		}
+	})
+	return servers
+}
+
+// Clients returns one [Server.Client] per server, closed in tb.Cleanup (before
+// the servers, if they came from [Start] earlier in the same test).
+func Clients(tb testing.TB, servers []*Server) []redis.UniversalClient {
+	tb.Helper()
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		clients[i] = s.Client()
+	}
+	tb.Cleanup(func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	})
+	return clients
+}
+
+// StartCluster starts a Redis Cluster of masters nodes and closes it in
+// tb.Cleanup. It calls [Require] first and tb.Fatal on any error.
+func StartCluster(tb testing.TB, masters int) *Cluster {
+	tb.Helper()
+	Require(tb)
+	c, err := NewCluster(masters)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			tb.Errorf("redistest: close cluster: %v", err)
+		}
+	})
+	return c
+}
