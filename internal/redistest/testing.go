@@ -1,8 +1,10 @@
 package redistest
 
 import (
+	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -51,7 +53,11 @@ func Start(tb testing.TB, n int, opts ...Options) []*Server {
 }
 
 // Clients returns one [Server.Client] per server, closed in tb.Cleanup (before
-// the servers, if they came from [Start] earlier in the same test).
+// the servers, if they came from [Start] earlier in the same test). Each client
+// has sent one PING, so it holds an open connection and a test's first command
+// does not pay for the dial and handshake (several round trips, which can exceed
+// a few-millisecond node timeout under -race on a busy machine). It calls
+// tb.Fatal if a server does not answer; use [Server.Client] for a cold client.
 func Clients(tb testing.TB, servers []*Server) []redis.UniversalClient {
 	tb.Helper()
 	clients := make([]redis.UniversalClient, len(servers))
@@ -63,6 +69,13 @@ func Clients(tb testing.TB, servers []*Server) []redis.UniversalClient {
 			c.Close()
 		}
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, c := range clients {
+		if err := c.Ping(ctx).Err(); err != nil {
+			tb.Fatalf("redistest: PING %s: %v", servers[i].Addr(), err)
+		}
+	}
 	return clients
 }
 
