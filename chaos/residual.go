@@ -9,7 +9,7 @@ import (
 
 // Residual is what a scan found: lock keys still present after a run.
 type Residual struct {
-	Keys    int
+	Keys    int           // keys with an expiry (lock keys always have one)
 	MaxPTTL time.Duration // the longest time left on a key with an expiry
 	// NoExpiry counts keys without an expiry: locks that never end.
 	NoExpiry int
@@ -35,8 +35,7 @@ func ScanResidual(ctx context.Context, masters []redis.UniversalClient, pattern 
 				}
 				switch {
 				case d == -2: // gone meanwhile
-				case d < 0:
-					r.Keys++
+				case d < 0: // a fence counter, or a lock that never ends
 					r.NoExpiry++
 				default:
 					r.Keys++

@@ -1,0 +1,272 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+// Defaults shared by the scenarios (CHAOS.md §7 probe settings).
+const (
+	nodeTimeout = 50 * time.Millisecond
+	// slack is what the scheduler of a busy 2-core machine under -race may
+	// add to a bound; every "bounded" check allows it and the table shows
+	// the real figure.
+	slack = 150 * time.Millisecond
+	// A failed Obtain attempt may take two node timeouts: one waiting for
+	// the quorum, one releasing the masters that said yes (DESIGN step 5).
+)
+
+// env is one scenario's masters, their network views and clients.
+type env struct {
+	t       testing.TB
+	servers []*redistest.Server
+	net     *Net
+	prefix  string
+
+	mu      sync.Mutex
+	proxies map[string][]*Proxy
+	rdbs    []*redis.Client
+}
+
+// newEnv starts n masters; opt, if given, adjusts master i's options.
+func newEnv(t testing.TB, n int, opt func(i int, o *redistest.Options)) *env {
+	t.Helper()
+	redistest.Require(t)
+	e := &env{t: t, net: NewNet(), proxies: map[string][]*Proxy{}, prefix: "chaos:"}
+	e.servers = make([]*redistest.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		o := redistest.Options{}
+		if opt != nil {
+			opt(i, &o)
+		}
+		wg.Go(func() { e.servers[i], errs[i] = redistest.NewServer(o) })
+	}
+	wg.Wait()
+	t.Cleanup(e.close)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) close() {
+	e.mu.Lock()
+	rdbs := e.rdbs
+	e.rdbs = nil
+	e.mu.Unlock()
+	for _, c := range rdbs {
+		c.Close()
+	}
+	e.net.Close()
+	for _, s := range e.servers {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+// group returns (creating on first use) the proxies of one client group,
+// one per master.
+func (e *env) group(name string) []*Proxy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ps, ok := e.proxies[name]; ok {
+		return ps
+	}
+	ps := make([]*Proxy, len(e.servers))
+	for i, s := range e.servers {
+		p, err := e.net.Proxy(fmt.Sprintf("%s-m%d", name, i), s.Addr())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ps[i] = p
+	}
+	e.proxies[name] = ps
+	return ps
+}
+
+// clientOpts are the suite's go-redis settings: no command retries, one
+// dial attempt, socket timeouts a little above the node timeout so the
+// library's own bound is the one that shows, context deadlines honoured.
+func clientOpts(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		DialTimeout:           2 * nodeTimeout,
+		ReadTimeout:           2 * nodeTimeout,
+		WriteTimeout:          2 * nodeTimeout,
+		PoolTimeout:           2 * nodeTimeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              16,
+		Protocol:              2,
+		DisableIdentity:       true,
+	}
+}
+
+func (e *env) client(addr string) *redis.Client {
+	c := redis.NewClient(clientOpts(addr))
+	e.mu.Lock()
+	e.rdbs = append(e.rdbs, c)
+	e.mu.Unlock()
+	return c
+}
+
+// masters returns one go-redis client per master: through the group's
+// proxies, or straight to the servers when group is "".
+func (e *env) masters(group string) []redis.UniversalClient {
+	ms := make([]redis.UniversalClient, len(e.servers))
+	if group == "" {
+		for i, s := range e.servers {
+			ms[i] = e.client(s.Addr())
+		}
+		return ms
+	}
+	for i, p := range e.group(group) {
+		ms[i] = e.client(p.Addr())
+	}
+	return ms
+}
+
+// direct is a client per master for inspection (scans), never proxied.
+func (e *env) direct() []redis.UniversalClient { return e.masters("") }
+
+// lockClient builds a redlock client over masters; one master means NewSingle.
+func (e *env) lockClient(ms []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
+	e.t.Helper()
+	opts = append([]redlock.Option{redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(e.prefix)}, opts...)
+	var c *redlock.Client
+	var err error
+	if len(ms) == 1 {
+		c, err = redlock.NewSingle(ms[0], opts...)
+	} else {
+		c, err = redlock.New(ms, opts...)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// warm opens n connections on each client, so toxics added later meet a
+// full pool rather than a handshake.
+func warm(t testing.TB, ms []redis.UniversalClient, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ms)*n)
+	for i, m := range ms {
+		for j := range n {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				errs[i*n+j] = m.Ping(ctx).Err()
+			})
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("warming pools: %v", err)
+	}
+}
+
+// settle waits (at most 2.5 s) until every client answers PING again, so
+// one variant's fault does not leak into the next through a pool that is
+// still failing fast (go-redis re-dials once a second after PoolSize
+// failed dials).
+func settle(t testing.TB, ms []redis.UniversalClient) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for _, m := range ms {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			err := m.Ping(ctx).Err()
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Since(start) > 2500*time.Millisecond {
+				t.Fatalf("a master did not answer PING again within 2.5s: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return time.Since(start)
+}
+
+// residual scans every master for lock keys (the suite's prefix).
+func (e *env) residual() Residual {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return ScanResidual(ctx, e.direct(), e.prefix+"*")
+}
+
+// each runs f on masters idx in parallel and fails the test on error.
+func (e *env) each(idx []int, f func(s *redistest.Server) error) {
+	e.t.Helper()
+	errs := make([]error, len(idx))
+	var wg sync.WaitGroup
+	for k, i := range idx {
+		wg.Go(func() { errs[k] = f(e.servers[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) kill(idx ...int) { e.each(idx, (*redistest.Server).Kill) }
+func (e *env) stop(idx ...int) { e.each(idx, (*redistest.Server).Stop) }
+func (e *env) cont(idx ...int) { e.each(idx, (*redistest.Server).Cont) }
+func (e *env) restart(persist bool, idx ...int) {
+	e.each(idx, func(s *redistest.Server) error { return s.Restart(persist) })
+}
+
+// shim is the clock shim built by TestMain, or why it is missing.
+var shim struct {
+	so   string
+	skip string
+}
+
+// newClock gives one master a controllable wall clock; the test skips
+// when the shim could not be built.
+func newClock(t testing.TB) *Clock {
+	t.Helper()
+	if shim.so == "" {
+		t.Skipf("clock shim unavailable: %s", shim.skip)
+	}
+	c, err := NewClock(shim.so, filepath.Join(t.TempDir(), "clock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func buildShim() (dir string) {
+	dir, err := os.MkdirTemp("", "chaos-shim-*")
+	if err != nil {
+		shim.skip = err.Error()
+		return ""
+	}
+	so, err := BuildShim(dir)
+	if err != nil {
+		shim.skip = err.Error()
+		return dir
+	}
+	shim.so = so
+	return dir
+}

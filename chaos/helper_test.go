@@ -1,0 +1,77 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
+)
+
+// helperEnv selects a worker-subprocess mode of the test binary.
+const helperEnv = "CHAOS_HELPER"
+
+// doer is Client.Do as DESIGN.md defines it; asserted at run time so the
+// suite compiles before the library has Do.
+type doer interface {
+	Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...redlock.ObtainOption) error
+}
+
+// fencer is Lock.Fence, asserted at run time for the same reason.
+type fencer interface{ Fence() int64 }
+
+func fenceOf(l *redlock.Lock) int64 {
+	if f, ok := any(l).(fencer); ok {
+		return f.Fence()
+	}
+	return 0
+}
+
+// helperMain runs a worker subprocess: mode "holder" takes CHAOS_KEY under
+// Do on the masters in CHAOS_ADDRS and works until killed, printing HELD
+// when fn starts and LOST if its context ends. It returns the exit code.
+func helperMain(mode string) int {
+	if mode != "holder" {
+		fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
+		return 2
+	}
+	ttl, err := time.ParseDuration(os.Getenv("CHAOS_TTL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var ms []redis.UniversalClient
+	for _, a := range strings.Split(os.Getenv("CHAOS_ADDRS"), ",") {
+		ms = append(ms, redis.NewClient(clientOpts(a)))
+	}
+	c, err := redlock.New(ms, redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(os.Getenv("CHAOS_PREFIX")))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	d, ok := any(c).(doer)
+	if !ok {
+		fmt.Println("NODO")
+		return 3
+	}
+	out := bufio.NewWriter(os.Stdout)
+	// Bounded: the parent kills us long before this ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = d.Do(ctx, os.Getenv("CHAOS_KEY"), ttl, func(ctx context.Context) error {
+		fmt.Fprintf(out, "HELD %d\n", time.Now().UnixNano())
+		out.Flush()
+		<-ctx.Done()
+		fmt.Fprintf(out, "LOST %v\n", context.Cause(ctx))
+		out.Flush()
+		return nil
+	}, redlock.WithRetry(redlock.LinearBackoff(50*time.Millisecond)))
+	fmt.Fprintf(out, "DONE %v\n", err)
+	out.Flush()
+	return 0
+}

@@ -1,0 +1,215 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock"
+)
+
+// load is a contended workload: workers obtain one key, run a critical
+// section (lost-update counter, optional fenced write), record it in the
+// ledger and release.
+type load struct {
+	c       *redlock.Client
+	key     string
+	ttl     time.Duration
+	workers int
+	dur     time.Duration // stop starting attempts after this
+	maxIter int           // per worker, a second bound
+	retry   redlock.RetryStrategy
+	// obtainTimeout bounds each Obtain through its context.
+	obtainTimeout time.Duration
+	hold          time.Duration // between the counter's read and write
+	// fence, when set, reads the lock's fence (fencing scenarios).
+	fence func(*redlock.Lock) int64
+
+	ledger  *Ledger
+	counter *Counter
+	res     *FencedResource
+}
+
+type loadStats struct {
+	mu          sync.Mutex
+	tries       int
+	acquired    int
+	notObtained int
+	noDetail    int // ErrNotObtained without a *QuorumError
+	otherErrs   map[string]int
+	lats        []time.Duration // every Obtain call
+	okLats      []time.Duration // successful Obtains
+	maxWait     time.Duration   // per worker: from wanting the lock to holding it
+	pastCtx     time.Duration   // the most an Obtain returned after its context's deadline
+	worst       string          // the slowest Obtain's outcome
+	releaseLost int             // Release said ErrLockLost
+	releaseErr  int             // Release failed otherwise
+	elapsed     time.Duration
+}
+
+func (s *loadStats) other(err error) {
+	if s.otherErrs == nil {
+		s.otherErrs = map[string]int{}
+	}
+	msg := err.Error()
+	if len(msg) > 80 {
+		msg = msg[:80]
+	}
+	s.otherErrs[msg]++
+}
+
+// run drives the workload until dur ends or ctx is done.
+func (l *load) run(ctx context.Context) *loadStats {
+	s := &loadStats{}
+	if l.ledger == nil {
+		l.ledger = &Ledger{}
+	}
+	if l.counter == nil {
+		l.counter = &Counter{}
+	}
+	if l.maxIter == 0 {
+		l.maxIter = 100000
+	}
+	if l.obtainTimeout == 0 {
+		l.obtainTimeout = time.Second
+	}
+	start := time.Now()
+	deadline := start.Add(l.dur)
+	var wg sync.WaitGroup
+	for w := range l.workers {
+		wg.Go(func() { l.worker(ctx, w, deadline, s) })
+	}
+	wg.Wait()
+	s.elapsed = time.Since(start)
+	return s
+}
+
+func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadStats) {
+	var opts []redlock.ObtainOption
+	if l.retry != nil {
+		opts = append(opts, redlock.WithRetry(l.retry))
+	}
+	wantSince := time.Now()
+	for i := 0; i < l.maxIter && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		octx, cancel := context.WithTimeout(ctx, l.obtainTimeout)
+		t0 := time.Now()
+		lock, err := l.c.Obtain(octx, l.key, l.ttl, opts...)
+		got := time.Now()
+		lat := got.Sub(t0)
+		dl, _ := octx.Deadline()
+		cancel()
+		s.mu.Lock()
+		s.tries++
+		s.lats = append(s.lats, lat)
+		if got.Sub(dl) > s.pastCtx {
+			s.pastCtx = got.Sub(dl)
+			s.worst = fmt.Sprintf("%v after %v: %v", lat, l.obtainTimeout, err)
+		}
+		if err != nil {
+			var qe *redlock.QuorumError
+			switch {
+			case errors.Is(err, redlock.ErrNotObtained):
+				s.notObtained++
+				if !errors.As(err, &qe) && ctx.Err() == nil {
+					s.noDetail++
+				}
+			case ctx.Err() != nil:
+			default:
+				s.other(err)
+			}
+			s.mu.Unlock()
+			if l.retry == nil {
+				time.Sleep(2 * time.Millisecond) // no busy loop without a retry strategy
+			}
+			continue
+		}
+		s.acquired++
+		s.okLats = append(s.okLats, lat)
+		s.maxWait = max(s.maxWait, got.Sub(wantSince))
+		s.mu.Unlock()
+
+		validUntil := got.Add(lock.Validity())
+		var fence int64
+		if l.fence != nil {
+			fence = l.fence(lock)
+			if l.res != nil {
+				l.res.Write(l.key, lock.Token(), fence)
+			}
+		}
+		l.counter.Increment(l.hold)
+		end := time.Now()
+		l.ledger.Record(Interval{Key: l.key, Holder: lock.Token(), Fence: fence, Start: got, End: end, ValidUntil: validUntil})
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		err = lock.Release(rctx)
+		rcancel()
+		if err != nil {
+			s.mu.Lock()
+			if errors.Is(err, redlock.ErrLockLost) {
+				s.releaseLost++
+			} else {
+				s.releaseErr++
+			}
+			s.mu.Unlock()
+		}
+		wantSince = time.Now()
+	}
+}
+
+// report puts the workload's figures on the row.
+func (s *loadStats) report(r *row) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p50, p99, mx := Quantiles(s.lats)
+	r.set("tries", s.tries)
+	r.set("acquisitions", s.acquired)
+	if s.elapsed > 0 {
+		r.set("acq_per_s", float64(s.acquired)/s.elapsed.Seconds())
+	}
+	r.set("obtain_p50", p50)
+	r.set("obtain_p99", p99)
+	r.set("obtain_max", mx)
+	if s.releaseLost+s.releaseErr > 0 {
+		r.set("release_lost", s.releaseLost)
+		r.set("release_err", s.releaseErr)
+	}
+	if s.pastCtx > slack {
+		r.note("slowest Obtain: %s", s.worst)
+	}
+	if len(s.otherErrs) > 0 {
+		r.note("other errors: %v", fmt.Sprint(s.otherErrs))
+	}
+}
+
+// safety puts the ledger's and counter's figures on the row and returns them.
+func safety(r *row, l *Ledger, c *Counter, res *FencedResource) LedgerStats {
+	st := l.Stats()
+	r.set("cs_overlaps", st.CSOverlaps)
+	r.set("promised_overlaps", st.PromisedOverlaps)
+	if st.Overruns > 0 {
+		r.set("overruns", st.Overruns)
+	}
+	if c != nil {
+		r.set("lost_updates", c.Lost())
+	}
+	if res != nil {
+		fs := res.Stats()
+		r.set("stale_rejected", fs.StaleRejected)
+		r.set("equal_fence_conflicts", fs.EqualConflicts)
+		r.set("fence_regressions", st.FenceRegressions)
+	}
+	return st
+}
+
+// mustSafe asserts the MUST safety figures: no overlap of any kind, no lost
+// update. When an overlap comes with an overrun (a holder ran past its
+// validity because the machine stalled it), the note says so.
+func mustSafe(r *row, st LedgerStats, c *Counter) {
+	r.t.Helper()
+	r.must(st.PromisedOverlaps == 0, "promised_overlaps=%d, want 0", st.PromisedOverlaps)
+	r.must(st.CSOverlaps == 0, "cs_overlaps=%d (overruns=%d), want 0", st.CSOverlaps, st.Overruns)
+	if c != nil {
+		r.must(c.Lost() == 0, "lost_updates=%d, want 0", c.Lost())
+	}
+}

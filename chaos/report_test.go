@@ -1,0 +1,162 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A row is one scenario (or variant) in the results table.
+type row struct {
+	t        *testing.T
+	Scenario string   `json:"scenario"`
+	Kind     string   `json:"kind"` // MUST or DOCUMENTS
+	Fault    string   `json:"fault"`
+	Figures  []figure `json:"figures"`
+	Expected string   `json:"expected"`
+	Verdict  string   `json:"verdict"`
+	Notes    []string `json:"notes,omitempty"`
+	Seconds  float64  `json:"seconds"`
+}
+
+type figure struct {
+	Name  string `json:"name"`
+	Value any    `json:"value"`
+}
+
+var results struct {
+	mu   sync.Mutex
+	rows []*row
+}
+
+// newRow starts a table row for t; its verdict is set when t ends.
+func newRow(t *testing.T, scenario, kind, fault, expected string) *row {
+	r := &row{t: t, Scenario: scenario, Kind: kind, Fault: fault, Expected: expected}
+	start := time.Now()
+	results.mu.Lock()
+	results.rows = append(results.rows, r)
+	results.mu.Unlock()
+	t.Cleanup(func() {
+		results.mu.Lock()
+		defer results.mu.Unlock()
+		r.Seconds = float64(time.Since(start).Milliseconds()) / 1000
+		switch {
+		case t.Skipped():
+			r.Verdict = "SKIP"
+		case t.Failed():
+			r.Verdict = "FAIL"
+		case kind == "DOCUMENTS":
+			r.Verdict = "PASS (reproduced)"
+		default:
+			r.Verdict = "PASS"
+		}
+	})
+	return r
+}
+
+// set adds or replaces a figure. Durations print in ms.
+func (r *row) set(name string, v any) {
+	if d, ok := v.(time.Duration); ok {
+		v = float64(d.Microseconds()) / 1000
+		name += "_ms"
+	}
+	if f, ok := v.(float64); ok {
+		v = float64(int64(f*1000+0.5)) / 1000
+	}
+	results.mu.Lock()
+	defer results.mu.Unlock()
+	for i := range r.Figures {
+		if r.Figures[i].Name == name {
+			r.Figures[i].Value = v
+			return
+		}
+	}
+	r.Figures = append(r.Figures, figure{name, v})
+}
+
+func (r *row) note(format string, args ...any) {
+	results.mu.Lock()
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+	results.mu.Unlock()
+}
+
+// must fails the test when a guarantee does not hold.
+func (r *row) must(ok bool, format string, args ...any) {
+	r.t.Helper()
+	if !ok {
+		msg := fmt.Sprintf(format, args...)
+		r.note("MUST failed: %s", msg)
+		r.t.Errorf("%s: MUST failed: %s", r.Scenario, msg)
+	}
+}
+
+// documents fails the test when a documented violation did not show: the
+// docs would then claim a weakness the suite cannot reproduce.
+func (r *row) documents(violated bool, format string, args ...any) {
+	r.t.Helper()
+	if !violated {
+		msg := fmt.Sprintf(format, args...)
+		r.note("documented violation absent: %s", msg)
+		r.t.Errorf("%s: documented violation did not reproduce: %s", r.Scenario, msg)
+	}
+}
+
+func (r *row) figures() string {
+	var b strings.Builder
+	for i, f := range r.Figures {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%v", f.Name, f.Value)
+	}
+	return b.String()
+}
+
+// writeResults prints the table to w and writes out/results.json and
+// out/results.txt.
+func writeResults(w io.Writer, dir string) error {
+	results.mu.Lock()
+	defer results.mu.Unlock()
+	if len(results.rows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nchaos results (%s)\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "%-34s | %-9s | %-44s | %-48s | %s\n", "scenario", "kind", "fault", "expected", "verdict")
+	b.WriteString(strings.Repeat("-", 160) + "\n")
+	pass, fail, skip := 0, 0, 0
+	for _, r := range results.rows {
+		fmt.Fprintf(&b, "%-34s | %-9s | %-44s | %-48s | %s\n", r.Scenario, r.Kind, r.Fault, r.Expected, r.Verdict)
+		fmt.Fprintf(&b, "%-34s   figures: %s\n", "", r.figures())
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "%-34s   note: %s\n", "", n)
+		}
+		switch {
+		case strings.HasPrefix(r.Verdict, "PASS"):
+			pass++
+		case r.Verdict == "FAIL":
+			fail++
+		default:
+			skip++
+		}
+	}
+	fmt.Fprintf(&b, "chaos: %d passed, %d failed, %d skipped\n", pass, fail, skip)
+	io.WriteString(w, b.String())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(results.rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.txt"), []byte(b.String()), 0o644)
+}

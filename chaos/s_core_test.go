@@ -1,0 +1,316 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock"
+)
+
+// redialProbe is go-redis's own recovery delay: after PoolSize failed dials
+// to a master its pool fails fast and re-dials once a second
+// (internal/pool tryDial), so a master that comes back is seen up to 1 s
+// later whatever the lock library does.
+const redialProbe = time.Second
+
+// probe starts a Prober that obtains and releases a fresh key every
+// interval on c, without retry.
+func probe(c *redlock.Client, ttl, every time.Duration, releaseErrs *atomic.Int64) *Prober {
+	return StartProber(every, 500*time.Millisecond, 5000, func(ctx context.Context, n int) error {
+		lock, err := c.Obtain(ctx, fmt.Sprintf("probe:%d", n), ttl)
+		if err != nil {
+			return err
+		}
+		if err := lock.Release(ctx); err != nil && releaseErrs != nil {
+			releaseErrs.Add(1)
+		}
+		return nil
+	})
+}
+
+func probeFigures(r *row, prefix string, s ProbeStats) {
+	r.set(prefix+"availability", s.Availability)
+	r.set(prefix+"probes", s.Attempts)
+	r.set(prefix+"probe_p99", s.P99)
+	r.set(prefix+"probe_max", s.Max)
+}
+
+// S1: no fault, one hot key, 64 workers.
+func TestS01HotKey64(t *testing.T) {
+	for _, v := range []struct {
+		name    string
+		n       int
+		workers int
+		dur     time.Duration
+	}{{"redlock-5", 5, 64, 2500 * time.Millisecond}, {"single", 1, 64, 1500 * time.Millisecond}} {
+		t.Run(v.name, func(t *testing.T) {
+			r := newRow(t, "S1 hot-key-64/"+v.name, "MUST", fmt.Sprintf("none; N=%d, %d workers, one key", v.n, v.workers),
+				"cs=promised=lost=stale=0, fences increase")
+			e := newEnv(t, v.n, nil)
+			var opts []redlock.Option
+			fenced := withFencing != nil
+			if fenced {
+				opts = append(opts, withFencing())
+			} else {
+				r.note("fencing not in the library yet: fenced part skipped")
+			}
+			c := e.lockClient(e.direct(), opts...)
+			l := &load{c: c, key: "hot", ttl: time.Second, workers: v.workers, dur: v.dur,
+				retry: redlock.LinearBackoff(5 * time.Millisecond), obtainTimeout: time.Second, hold: time.Millisecond,
+				counter: &Counter{}, ledger: &Ledger{}}
+			if fenced {
+				l.fence, l.res = fenceOf, &FencedResource{}
+			}
+			s := l.run(context.Background())
+			s.report(r)
+			r.set("max_wait", s.maxWait)
+			st := safety(r, l.ledger, l.counter, l.res)
+			mustSafe(r, st, l.counter)
+			if fenced {
+				fs := l.res.Stats()
+				r.must(fs.StaleRejected == 0 && fs.EqualConflicts == 0, "stale=%d equal=%d, want 0", fs.StaleRejected, fs.EqualConflicts)
+				r.must(st.FenceRegressions == 0, "fence_regressions=%d, want 0", st.FenceRegressions)
+			}
+			r.must(s.acquired >= 10, "acquisitions=%d in %v, want >= 10 (liveness)", s.acquired, v.dur)
+			r.must(s.noDetail == 0, "%d ErrNotObtained without a *QuorumError", s.noDetail)
+			r.must(s.pastCtx <= slack, "an Obtain returned %v after its context's deadline", s.pastCtx)
+			r.must(len(s.otherErrs) == 0, "unexpected errors: %v", s.otherErrs)
+		})
+	}
+}
+
+// S2: a minority of masters dies (SIGKILL, or refused connections), then
+// comes back empty.
+func TestS02MinorityDown(t *testing.T) {
+	for _, mode := range []string{"sigkill", "refused"} {
+		t.Run(mode, func(t *testing.T) {
+			fault := "SIGKILL 2/5 for 1s, restart empty"
+			if mode == "refused" {
+				fault = "toxiproxy Stop 2/5 for 1s (refused)"
+			}
+			r := newRow(t, "S2 minority-down/"+mode, "MUST", fault, "safety 0; availability>=99%; probe<=2*node timeout")
+			e := newEnv(t, 5, nil)
+			group := ""
+			if mode == "refused" {
+				group = "w"
+			}
+			ms := e.masters(group)
+			warm(t, ms, 4)
+			c := e.lockClient(ms)
+			const ttl = 500 * time.Millisecond
+			var relErr atomic.Int64
+			p := probe(c, ttl, 20*time.Millisecond, &relErr)
+			l := &load{c: c, key: "hot", ttl: ttl, workers: 8, dur: 2500 * time.Millisecond,
+				retry: redlock.LinearBackoff(20 * time.Millisecond), obtainTimeout: 300 * time.Millisecond, hold: 2 * time.Millisecond}
+			done := make(chan *loadStats)
+			go func() { done <- l.run(context.Background()) }()
+			time.Sleep(500 * time.Millisecond)
+			faultAt := time.Now()
+			if mode == "sigkill" {
+				e.kill(3, 4)
+			} else {
+				e.group("w")[3].Refuse()
+				e.group("w")[4].Refuse()
+			}
+			time.Sleep(time.Second)
+			healAt := time.Now()
+			if mode == "sigkill" {
+				e.restart(false, 3, 4)
+			} else {
+				for _, i := range []int{3, 4} {
+					if err := e.group("w")[i].Accept(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			p.Healed()
+			s := <-done
+			p.Stop()
+			s.report(r)
+			all := p.Stats(time.Time{}, time.Time{})
+			during := p.Stats(faultAt, healAt)
+			probeFigures(r, "", all)
+			r.set("fault_availability", during.Availability)
+			r.set("fault_probe_max", during.Max)
+			st := safety(r, l.ledger, l.counter, nil)
+			mustSafe(r, st, l.counter)
+			r.must(all.Availability >= 0.99, "availability %.3f, want >= 0.99", all.Availability)
+			r.must(during.Max <= 2*nodeTimeout+slack, "probe (obtain+release) max %v during the fault, want <= %v", during.Max, 2*nodeTimeout+slack)
+			r.must(s.acquired > 0, "no acquisitions")
+		})
+	}
+}
+
+// S3: a majority dies: nothing is granted, every call is bounded and says
+// why, and locking resumes once they are back.
+func TestS03MajorityDown(t *testing.T) {
+	r := newRow(t, "S3 majority-down", "MUST", "SIGKILL 3/5 for 1s, restart empty",
+		"0 acquisitions; ErrNotObtained+detail; bounded; recovers")
+	e := newEnv(t, 5, nil)
+	ms := e.direct()
+	warm(t, ms, 4)
+	c := e.lockClient(ms)
+	const ttl = 500 * time.Millisecond
+	e.kill(0, 1, 2)
+
+	// One call, inspected: the error names every master.
+	t0 := time.Now()
+	_, err := c.Obtain(context.Background(), "one", ttl)
+	one := time.Since(t0)
+	r.set("single_obtain", one)
+	var qe *redlock.QuorumError
+	r.must(errors.Is(err, redlock.ErrNotObtained), "Obtain err=%v, want ErrNotObtained", err)
+	if r.must(errors.As(err, &qe), "Obtain err=%v carries no *QuorumError", err); qe != nil {
+		failed := 0
+		for _, n := range qe.Nodes {
+			if n.Err != nil {
+				failed++
+			}
+		}
+		r.set("detail_nodes", len(qe.Nodes))
+		r.must(len(qe.Nodes) == 5 && failed >= 3, "QuorumError has %d nodes, %d failed; want 5 and >= 3", len(qe.Nodes), failed)
+	}
+	r.must(one <= nodeTimeout+slack, "Obtain took %v with 3/5 refusing, want <= %v", one, nodeTimeout+slack)
+
+	p := probe(c, ttl, 20*time.Millisecond, nil)
+	l := &load{c: c, key: "hot", ttl: ttl, workers: 8, dur: time.Second,
+		retry: redlock.LinearBackoff(20 * time.Millisecond), obtainTimeout: 200 * time.Millisecond}
+	s := l.run(context.Background())
+	down := p.Stats(time.Time{}, time.Time{})
+	e.restart(false, 0, 1, 2)
+	p.Healed()
+	time.Sleep(redialProbe + 500*time.Millisecond)
+	p.Stop()
+	all := p.Stats(time.Time{}, time.Time{})
+	s.report(r)
+	r.set("past_ctx_deadline", s.pastCtx)
+	r.set("down_probe_successes", down.Successes)
+	r.set("down_probe_max", down.Max)
+	r.set("recovery", time.Duration(all.RecoveryMS*1e6))
+	r.must(s.acquired == 0 && down.Successes == 0, "acquisitions=%d probe successes=%d with 3/5 down, want 0", s.acquired, down.Successes)
+	r.must(s.noDetail == 0 && len(s.otherErrs) == 0, "%d errors without detail, other errors %v", s.noDetail, s.otherErrs)
+	r.must(s.pastCtx <= slack, "an Obtain returned %v after its context's deadline", s.pastCtx)
+	r.must(down.Max <= 2*nodeTimeout+slack, "probe max %v, want <= %v", down.Max, 2*nodeTimeout+slack)
+	bound := redialProbe + 20*time.Millisecond + 2*nodeTimeout + slack
+	r.must(all.RecoveryMS >= 0 && time.Duration(all.RecoveryMS*1e6) <= bound, "recovery %.0fms after restart, want <= %v", all.RecoveryMS, bound)
+	if all.RecoveryMS > 200 {
+		r.note("recovery is bounded by go-redis's 1 s re-dial probe after PoolSize failed dials, not by the lock")
+	}
+}
+
+// S4: a minority stalls (SIGSTOP) for 3 TTLs: locking goes on at quorum
+// speed; zombie SETs run after SIGCONT and expire within a TTL.
+func TestS04StalledMinority(t *testing.T) {
+	r := newRow(t, "S4 stalled-minority", "MUST", "SIGSTOP 2/5 for 3xTTL (1.5s), SIGCONT",
+		"safety 0; availability~baseline; p99<=node timeout; residual<=TTL")
+	e := newEnv(t, 5, nil)
+	ms := e.direct()
+	warm(t, ms, 4)
+	c := e.lockClient(ms)
+	const ttl = 500 * time.Millisecond
+	var relErr atomic.Int64
+	p := probe(c, ttl, 20*time.Millisecond, &relErr)
+	l := &load{c: c, key: "hot", ttl: ttl, workers: 8, dur: 2 * time.Second,
+		retry: redlock.LinearBackoff(20 * time.Millisecond), obtainTimeout: 300 * time.Millisecond, hold: 2 * time.Millisecond}
+	done := make(chan *loadStats)
+	go func() { done <- l.run(context.Background()) }()
+	time.Sleep(400 * time.Millisecond)
+	baseEnd := time.Now()
+	e.stop(3, 4)
+	stallAt := time.Now()
+	time.Sleep(3 * ttl)
+	s := <-done
+	p.Stop()
+	e.cont(3, 4)
+	contAt := time.Now()
+	time.Sleep(100 * time.Millisecond) // the queued SETs run
+	res := e.residual()
+	time.Sleep(ttl + 100*time.Millisecond - time.Since(contAt))
+	later := e.residual()
+
+	s.report(r)
+	base := p.Stats(time.Time{}, baseEnd)
+	stall := p.Stats(stallAt, contAt)
+	r.set("baseline_availability", base.Availability)
+	probeFigures(r, "stall_", stall)
+	r.set("residual_keys", res.Keys)
+	r.set("max_residual_pttl", res.MaxPTTL)
+	r.set("residual_after_ttl", later.Keys)
+	st := safety(r, l.ledger, l.counter, nil)
+	mustSafe(r, st, l.counter)
+	r.must(stall.Availability >= 0.95, "availability %.3f while 2/5 stalled, want >= 0.95", stall.Availability)
+	r.must(stall.P99 <= 2*nodeTimeout+slack, "probe p99 %v while 2/5 stalled, want <= %v (returns at quorum)", stall.P99, 2*nodeTimeout+slack)
+	r.must(res.MaxPTTL <= ttl && res.NoExpiry == 0, "residual max PTTL %v (no expiry: %d), want <= %v", res.MaxPTTL, res.NoExpiry, ttl)
+	r.must(later.Keys == 0, "%d lock keys left a TTL after SIGCONT", later.Keys)
+}
+
+// S5: a majority stalls: nothing is granted, calls are bounded, and after
+// SIGCONT the zombies clear within a TTL. Variant: CLIENT PAUSE WRITE.
+func TestS05StalledMajority(t *testing.T) {
+	for _, mode := range []string{"sigstop", "client-pause-write"} {
+		t.Run(mode, func(t *testing.T) {
+			fault := "SIGSTOP 3/5 for 1.5s, SIGCONT"
+			if mode != "sigstop" {
+				fault = "CLIENT PAUSE 1500 WRITE on 3/5"
+			}
+			r := newRow(t, "S5 stalled-majority/"+mode, "MUST", fault, "0 acquisitions; bounded; recovery<=TTL(+redial)")
+			e := newEnv(t, 5, nil)
+			ms := e.direct()
+			warm(t, ms, 4)
+			c := e.lockClient(ms)
+			const ttl = 500 * time.Millisecond
+			admin := e.direct()
+			faultAt := time.Now()
+			if mode == "sigstop" {
+				e.stop(0, 1, 2)
+			} else {
+				for _, i := range []int{0, 1, 2} {
+					if err := admin[i].Do(context.Background(), "CLIENT", "PAUSE", "1500", "WRITE").Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			p := probe(c, ttl, 20*time.Millisecond, nil)
+			l := &load{c: c, key: "hot", ttl: ttl, workers: 4, dur: time.Second,
+				retry: redlock.LinearBackoff(20 * time.Millisecond), obtainTimeout: 200 * time.Millisecond}
+			s := l.run(context.Background())
+			// The fault lasts 1.5 s from faultAt; a CLIENT PAUSE runs out by itself.
+			time.Sleep(time.Until(faultAt.Add(1500 * time.Millisecond)))
+			if mode == "sigstop" {
+				e.cont(0, 1, 2)
+			}
+			healAt := time.Now()
+			stalled := p.Stats(time.Time{}, healAt)
+			p.Healed()
+			// After the heal: one worker on the hot key measures when the zombie
+			// SETs (if any) stop blocking it.
+			var hot time.Duration = -1
+			hctx, cancel := context.WithTimeout(context.Background(), ttl+redialProbe+time.Second)
+			lock, err := c.Obtain(hctx, "hot", ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+			cancel()
+			if err == nil {
+				hot = time.Since(healAt)
+				lock.Release(context.Background())
+			}
+			time.Sleep(100 * time.Millisecond)
+			p.Stop()
+			all := p.Stats(time.Time{}, time.Time{})
+			s.report(r)
+			r.set("stalled_probe_successes", stalled.Successes)
+			r.set("stalled_probe_max", stalled.Max)
+			r.set("past_ctx_deadline", s.pastCtx)
+			r.set("recovery", time.Duration(all.RecoveryMS*1e6))
+			r.set("hot_key_recovery", hot)
+			r.must(s.acquired == 0 && stalled.Successes == 0, "acquisitions=%d probe successes=%d while 3/5 stalled, want 0", s.acquired, stalled.Successes)
+			r.must(stalled.Max <= 2*nodeTimeout+slack, "probe max %v, want <= %v", stalled.Max, 2*nodeTimeout+slack)
+			r.must(s.pastCtx <= slack, "an Obtain returned %v after its context's deadline", s.pastCtx)
+			bound := ttl + redialProbe + slack
+			r.must(hot >= 0 && hot <= bound, "hot key obtainable %v after the heal, want <= %v", hot, bound)
+			r.must(all.RecoveryMS >= 0 && time.Duration(all.RecoveryMS*1e6) <= bound, "probe recovery %.0fms, want <= %v", all.RecoveryMS, bound)
+		})
+	}
+}

@@ -1,0 +1,275 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+// splitView makes client A reach only masters 0, 1 and 2 (its requests to
+// 3 and 4 vanish), while B reaches all five directly: the documented
+// counterexamples' setup.
+func splitView(t *testing.T, e *env, opts ...redlock.Option) (a, b *redlock.Client) {
+	t.Helper()
+	ams := e.masters("A")
+	warm(t, ams, 2)
+	for _, i := range []int{3, 4} {
+		if err := e.group("A")[i].BlackholeUp(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bms := e.direct()
+	warm(t, bms, 2)
+	return e.lockClient(ams, opts...), e.lockClient(bms, opts...)
+}
+
+// holdRace: A obtains key; fault runs; B tries until bDeadline. The ledger
+// gets A's interval (A works through its whole validity) and B's.
+type raceResult struct {
+	aValid   time.Duration // A's validity at Obtain
+	bAfter   time.Duration // B obtained this long after A (-1: never)
+	overlap  time.Duration // how long before A's validity ended B got in
+	bErr     error
+	ledger   *Ledger
+	aFence   int64
+	bFence   int64
+	aToken   string
+	bToken   string
+	resource *FencedResource
+}
+
+func holdRace(t *testing.T, a, b *redlock.Client, key string, ttl, bWait time.Duration, fault func()) raceResult {
+	t.Helper()
+	rr := raceResult{ledger: &Ledger{}, bAfter: -1, resource: &FencedResource{}}
+	lockA, err := a.Obtain(context.Background(), key, ttl)
+	if err != nil {
+		t.Fatalf("A could not obtain with 3/5 reachable: %v", err)
+	}
+	a0 := time.Now()
+	rr.aValid = lockA.Validity()
+	aUntil := a0.Add(rr.aValid)
+	rr.aFence, rr.aToken = fenceOf(lockA), lockA.Token()
+	rr.ledger.Record(Interval{Key: key, Holder: lockA.Token(), Fence: rr.aFence, Start: a0, End: aUntil, ValidUntil: aUntil})
+	fault()
+	ctx, cancel := context.WithTimeout(context.Background(), bWait)
+	defer cancel()
+	lockB, err := b.Obtain(ctx, key, ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+	rr.bErr = err
+	if err == nil {
+		b0 := time.Now()
+		rr.bAfter = b0.Sub(a0)
+		rr.overlap = aUntil.Sub(b0)
+		rr.bFence, rr.bToken = fenceOf(lockB), lockB.Token()
+		rr.ledger.Record(Interval{Key: key, Holder: lockB.Token(), Fence: rr.bFence, Start: b0, End: b0.Add(time.Millisecond), ValidUntil: b0.Add(lockB.Validity())})
+		// Both write to a fenced resource: A's write is due now (it still
+		// believes it holds the lock), B's too.
+		rr.resource.Write(key, rr.bToken, rr.bFence)
+		rr.resource.Write(key, rr.aToken, rr.aFence)
+		lockB.Release(context.Background())
+	}
+	return rr
+}
+
+func (rr raceResult) report(r *row) LedgerStats {
+	r.set("a_validity", rr.aValid)
+	r.set("b_obtained_after", rr.bAfter)
+	if rr.bAfter >= 0 {
+		r.set("b_inside_a_validity_by", rr.overlap)
+	}
+	st := rr.ledger.Stats()
+	r.set("promised_overlaps", st.PromisedOverlaps)
+	return st
+}
+
+// S8: master 2 restarts empty while A holds {0,1,2}; mitigations: a
+// restart delayed past the TTL, and AOF (appendfsync always).
+func TestS08RestartNoPersistence(t *testing.T) {
+	const ttl = 1500 * time.Millisecond
+	for _, v := range []struct{ name, kind, fault, expected string }{
+		{"immediate", "DOCUMENTS", "A holds {0,1,2}; SIGKILL master 2, restart empty at once", "B obtains while A valid"},
+		{"delayed-restart", "MUST", "same, master 2 restarted after TTL+100ms", "0 promised overlaps; B after A"},
+		{"aof-always", "MUST", "same, master 2 on AOF appendfsync always", "0 promised overlaps; B after A"},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			r := newRow(t, "S8 restart-no-persistence/"+v.name, v.kind, v.fault, v.expected)
+			e := newEnv(t, 5, func(i int, o *redistest.Options) { o.Persist = i == 2 && v.name == "aof-always" })
+			a, b := splitView(t, e)
+			m2 := e.servers[2]
+			rr := holdRace(t, a, b, "k", ttl, ttl+redialProbe+time.Second, func() {
+				switch v.name {
+				case "immediate":
+					if err := m2.Restart(false); err != nil {
+						t.Fatal(err)
+					}
+				case "delayed-restart":
+					m2.RestartAfter(ttl+100*time.Millisecond, false)
+				case "aof-always":
+					if err := m2.Restart(true); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			st := rr.report(r)
+			if v.kind == "DOCUMENTS" {
+				r.documents(st.PromisedOverlaps >= 1, "B obtained after %v, A valid for %v (err %v)", rr.bAfter, rr.aValid, rr.bErr)
+			} else {
+				r.must(st.PromisedOverlaps == 0, "B obtained %v inside A's validity", rr.overlap)
+				r.must(rr.bErr == nil, "B never obtained after A's lock lapsed: %v", rr.bErr)
+			}
+			if v.name == "delayed-restart" {
+				if err := m2.WaitRestart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// S10: one master's wall clock jumps or runs fast (LD_PRELOAD shim).
+func TestS10ClockOneMaster(t *testing.T) {
+	t.Run("jump", func(t *testing.T) {
+		r := newRow(t, "S10 clock-jump-one-master", "DOCUMENTS", "A holds {0,1,2}; master 2 clock +2xTTL", "B obtains while A valid (control: jump 0 => no)")
+		clock := newClock(t)
+		e := newEnv(t, 5, func(i int, o *redistest.Options) {
+			if i == 2 {
+				o.Env = clock.Env()
+			}
+		})
+		a, b := splitView(t, e)
+		const ttl = 2 * time.Second
+		control := holdRace(t, a, b, "control", ttl, 400*time.Millisecond, func() {})
+		cst := control.ledger.Stats()
+		r.set("control_b_obtained_after", control.bAfter)
+		rr := holdRace(t, a, b, "k", ttl, 400*time.Millisecond, func() {
+			if err := clock.Jump(2 * ttl); err != nil {
+				t.Fatal(err)
+			}
+		})
+		st := rr.report(r)
+		r.must(cst.PromisedOverlaps == 0 && control.bErr != nil, "control (no jump): B obtained after %v", control.bAfter)
+		r.documents(st.PromisedOverlaps >= 1, "B obtained after %v, A valid for %v (err %v)", rr.bAfter, rr.aValid, rr.bErr)
+	})
+	for _, v := range []struct {
+		rate     float64
+		kind     string
+		expected string
+	}{
+		{1.005, "MUST", "0 promised overlaps (inside the 1% drift factor)"},
+		{1.5, "DOCUMENTS", "promised overlaps >= 1 (drift far past the factor)"},
+	} {
+		t.Run(fmt.Sprintf("rate-%v", v.rate), func(t *testing.T) {
+			r := newRow(t, fmt.Sprintf("S10 clock-drift/x%v", v.rate), v.kind,
+				fmt.Sprintf("master 2 clock at x%v; A holds {0,1,2} to validity end, B polls", v.rate), v.expected)
+			clock := newClock(t)
+			e := newEnv(t, 5, func(i int, o *redistest.Options) {
+				if i == 2 {
+					o.Env = clock.Env()
+				}
+			})
+			a, b := splitView(t, e)
+			if err := clock.Rate(v.rate); err != nil {
+				t.Fatal(err)
+			}
+			const ttl = 150 * time.Millisecond
+			const rounds = 12
+			ledger := &Ledger{}
+			var minGap time.Duration = time.Hour
+			for i := range rounds {
+				key := fmt.Sprintf("k%d", i)
+				rr := holdRace(t, a, b, key, ttl, ttl+500*time.Millisecond, func() {})
+				for _, iv := range rr.ledger.Intervals() {
+					ledger.Record(iv)
+				}
+				if rr.bAfter >= 0 {
+					minGap = min(minGap, -rr.overlap)
+				}
+			}
+			st := ledger.Stats()
+			r.set("holds", rounds)
+			r.set("promised_overlaps", st.PromisedOverlaps)
+			r.set("min_gap_b_after_a_validity", minGap)
+			if v.kind == "MUST" {
+				r.must(st.PromisedOverlaps == 0, "promised_overlaps=%d at rate %v", st.PromisedOverlaps, v.rate)
+			} else {
+				r.documents(st.PromisedOverlaps >= 1, "no overlap at rate %v over %d holds", v.rate, rounds)
+			}
+		})
+	}
+}
+
+// S13: NewSingle under a stalled server, latency, and a restart without
+// persistence.
+func TestS13SingleInstance(t *testing.T) {
+	const ttl = time.Second
+	t.Run("sigstop", func(t *testing.T) {
+		r := newRow(t, "S13 single-instance/sigstop", "MUST", "NewSingle; SIGSTOP the master 1s", "0 acquisitions; bounded; recovers")
+		e := newEnv(t, 1, nil)
+		ms := e.direct()
+		warm(t, ms, 4)
+		c := e.lockClient(ms)
+		e.stop(0)
+		p := probe(c, ttl, 20*time.Millisecond, nil)
+		time.Sleep(time.Second)
+		stalled := p.Stats(time.Time{}, time.Now())
+		e.cont(0)
+		p.Healed()
+		time.Sleep(redialProbe + 300*time.Millisecond)
+		p.Stop()
+		all := p.Stats(time.Time{}, time.Time{})
+		probeFigures(r, "stalled_", stalled)
+		r.set("stalled_successes", stalled.Successes)
+		r.set("recovery", time.Duration(all.RecoveryMS*1e6))
+		r.must(stalled.Successes == 0, "%d probes succeeded on a stopped master", stalled.Successes)
+		r.must(stalled.Max <= 2*nodeTimeout+slack, "probe max %v, want <= %v", stalled.Max, 2*nodeTimeout+slack)
+		r.must(all.RecoveryMS >= 0 && time.Duration(all.RecoveryMS*1e6) <= redialProbe+slack, "recovery %.0fms", all.RecoveryMS)
+	})
+	t.Run("latency", func(t *testing.T) {
+		const L = 20 * time.Millisecond
+		r := newRow(t, "S13 single-instance/latency", "MUST", "NewSingle; latency 20ms", "ok; validity <= ttl-L-drift")
+		e := newEnv(t, 1, nil)
+		ms := e.masters("w")
+		warm(t, ms, 4)
+		c := e.lockClient(ms)
+		if err := e.group("w")[0].Latency(L, 0); err != nil {
+			t.Fatal(err)
+		}
+		drift := time.Duration(float64(ttl)*redlock.DefaultDriftFactor) + 2*time.Millisecond
+		var lats []time.Duration
+		var maxV time.Duration
+		ok := 0
+		for i := range 10 {
+			t0 := time.Now()
+			lock, err := c.Obtain(context.Background(), fmt.Sprintf("l%d", i), ttl)
+			lats = append(lats, time.Since(t0))
+			if err == nil {
+				ok++
+				maxV = max(maxV, lock.Validity())
+				lock.Release(context.Background())
+			}
+		}
+		p50, _, mx := Quantiles(lats)
+		r.set("obtained", ok)
+		r.set("obtain_p50", p50)
+		r.set("obtain_max", mx)
+		r.set("max_validity", maxV)
+		r.must(ok == 10, "obtained %d of 10", ok)
+		r.must(maxV <= ttl-L-drift, "validity %v, want <= %v", maxV, ttl-L-drift)
+	})
+	t.Run("restart", func(t *testing.T) {
+		r := newRow(t, "S13 single-instance/restart", "DOCUMENTS", "NewSingle; A holds; master restarts empty", "B obtains while A valid")
+		e := newEnv(t, 1, nil)
+		a := e.lockClient(e.masters("A"))
+		b := e.lockClient(e.direct())
+		rr := holdRace(t, a, b, "k", ttl, time.Second, func() {
+			if err := e.servers[0].Restart(false); err != nil {
+				t.Fatal(err)
+			}
+		})
+		st := rr.report(r)
+		r.documents(st.PromisedOverlaps >= 1, "B obtained after %v, A valid for %v (err %v)", rr.bAfter, rr.aValid, rr.bErr)
+	})
+}
