@@ -34,6 +34,7 @@ type options struct {
 	rbRequests int
 	noCeiling  bool
 	cpuprofile string
+	memprofile string
 	hotKeys    int
 	masters    []int
 	goroutines []int
@@ -53,6 +54,7 @@ func main() {
 	flag.IntVar(&o.rbRequests, "rb-requests", 0, "requests per redis-benchmark command (default: 300k per second of -duration, at least 100k)")
 	flag.BoolVar(&o.noCeiling, "no-redis-benchmark", false, "skip the redis-benchmark ceiling")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (narrow it with -cells and -contenders)")
+	flag.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile (pprof allocs, sampled) of the whole run to this file")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
@@ -157,6 +159,20 @@ func run(ctx context.Context, o options) (int, error) {
 		defer pprof.StopCPUProfile()
 	}
 
+	if o.memprofile != "" {
+		defer func() {
+			f, err := os.Create(o.memprofile)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -memprofile:", err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -memprofile:", err)
+			}
+		}()
+	}
+
 	maxN := 0
 	for _, c := range cells {
 		maxN = max(maxN, c.N)
@@ -189,16 +205,23 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	fmt.Fprintf(os.Stderr, "bench: %d masters up; %d cells, %s per contender, %d repeat(s)\n", maxN, len(cells), o.duration, o.repeats)
 
+	// The ceiling is measured beside the contenders in each repeat of
+	// n1-g64-uncontended, the cell issue 5 compares with it; without that
+	// cell, once before the N=1 cells.
+	const ceilingCell = "n1-g64-uncontended"
 	if !o.noCeiling && slices.ContainsFunc(cells, func(c cell) bool { return c.N == 1 }) {
-		fmt.Fprintf(os.Stderr, "bench: redis-benchmark -P 16, %d requests per command\n", o.rbRequests)
-		c, err := measureCeiling(ctx, ms, 64, 16, o.rbRequests)
+		c, err := newCeiling(ctx, ms, 64, 16, o.rbRequests)
 		if err != nil {
 			return 1, err
 		}
+		rep.Ceiling = c
 		if c.Skipped != "" {
 			fmt.Fprintln(os.Stderr, "bench: skipping the ceiling:", c.Skipped)
+		} else if !slices.ContainsFunc(cells, func(c cell) bool { return c.Name() == ceilingCell }) {
+			if err := measureCeilingLog(ctx, ms, c, -1); err != nil {
+				return 1, err
+			}
 		}
-		rep.Ceiling = c
 	}
 
 	cfg := runConfig{Duration: o.duration, Warmup: o.warmup, TTL: o.ttl, PoolSize: o.poolSize}
@@ -217,6 +240,12 @@ func run(ctx context.Context, o options) (int, error) {
 				slices.Reverse(order)
 			}
 			cl.repeatSeed = uint64(rp + 1)
+			withCeiling := cl.Name() == ceilingCell && rep.Ceiling != nil && rep.Ceiling.Skipped == ""
+			if withCeiling && rp%2 == 0 {
+				if err := measureCeilingLog(ctx, ms, rep.Ceiling, rp); err != nil {
+					return 1, err
+				}
+			}
 			for pos, c := range order {
 				if err := ctx.Err(); err != nil {
 					return 1, err
@@ -230,6 +259,11 @@ func run(ctx context.Context, o options) (int, error) {
 				fmt.Fprintf(os.Stderr, "  %-22s %-15s rep %d: %9s cycles/s %9s failed/s  p50 %8s  p99 %8s  %6.1f allocs/op  errors %d  overlaps %d\n",
 					cl.Name(), c.Name(), rp, fmtRate(float64(r.Cycles)/r.Elapsed.Seconds()), fmtRate(float64(r.Failures)/r.Elapsed.Seconds()),
 					fmtDur(int64(r.Lat.Quantile(0.5))), fmtDur(int64(r.Lat.Quantile(0.99))), float64(r.Mallocs)/float64(max(r.Attempts(), 1)), r.Errors, r.Overlaps)
+			}
+			if withCeiling && rp%2 == 1 {
+				if err := measureCeilingLog(ctx, ms, rep.Ceiling, rp); err != nil {
+					return 1, err
+				}
 			}
 		}
 		rep.Cells = append(rep.Cells, summarize(cl, rep.order, runs))
@@ -253,6 +287,16 @@ func run(ctx context.Context, o options) (int, error) {
 		fmt.Fprintln(os.Stderr, "bench: smoke run passed: every contender completed cycles in every cell, no overlap")
 	}
 	return 0, nil
+}
+
+func measureCeilingLog(ctx context.Context, ms *masterSet, c *ceiling, rp int) error {
+	r, err := c.measure(ctx, ms, rp)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "  %-22s %-15s rep %d: %9s cycles/s (SET NX PX %s/s, EVALSHA %s/s; -c %d -P %d -n %d)\n",
+		"n1 ceiling", "redis-benchmark", rp, fmtRate(r.CyclesPerSec), fmtRate(r.SetRPS), fmtRate(r.EvalshaRPS), c.Clients, c.Pipeline, c.Requests)
+	return nil
 }
 
 // smokeProblems lists cells where a contender completed no cycle or where two holders overlapped.

@@ -148,8 +148,12 @@ func writeMarkdown(w io.Writer, r *report) error {
 		if c.Skipped != "" {
 			fmt.Fprintf(&b, "Skipped: %s.\n", c.Skipped)
 		} else {
-			fmt.Fprintf(&b, "`redis-benchmark -c %d -P %d -n %d -r %d`: SET NX PX %s/s, EVALSHA release %s/s, so %s cycles/s (one of each per cycle).\n",
-				c.Clients, c.Pipeline, c.Requests, c.Requests, fmtRate(c.SetRPS), fmtRate(c.EvalshaRPS), fmtRate(c.CyclesPerSec))
+			where := "taken before the N=1 cells"
+			if len(c.Runs) > 0 && c.Runs[0].Repeat >= 0 {
+				where = "each taken beside the contenders of n1-g64-uncontended in one repeat"
+			}
+			fmt.Fprintf(&b, "`redis-benchmark -c %d -P %d -n %d -r %d`: SET NX PX %s/s, EVALSHA release %s/s, so %s cycles/s (one of each per cycle); median of %d measurement(s) %s.\n",
+				c.Clients, c.Pipeline, c.Requests, c.Requests, fmtRate(c.SetRPS), fmtRate(c.EvalshaRPS), fmtRate(c.CyclesPerSec), len(c.Runs), where)
 		}
 	}
 
@@ -244,11 +248,16 @@ func checkGoals(r *report) []goalResult {
 		allocs("n1-g1-uncontended", who, 10)
 		allocs("n5-g1-uncontended", who, 30)
 		if c := r.Ceiling; c != nil && c.CyclesPerSec > 0 {
-			if cr := cells["n1-g64-uncontended"]; cr != nil {
-				if s := cr.contender(who); s != nil {
-					f := s.CyclesPerSec / c.CyclesPerSec
-					out = append(out, goalResult{"half of redis-benchmark -P 16", cr.Name, who, fmt.Sprintf("%.2f of %s/s", f, fmtRate(c.CyclesPerSec)), ">= 0.50", f >= 0.5})
+			if cr := cells["n1-g64-uncontended"]; cr != nil && cr.contender(who) != nil {
+				// Per repeat, against the ceiling measured in the same repeat.
+				var fs []float64
+				for _, run := range cr.runs[who] {
+					if cy := c.forRepeat(run.Repeat); cy > 0 && run.Elapsed > 0 {
+						fs = append(fs, float64(run.Cycles)/run.Elapsed.Seconds()/cy)
+					}
 				}
+				f := median(fs)
+				out = append(out, goalResult{"half of redis-benchmark -P 16", cr.Name, who, fmt.Sprintf("%.2f of %s/s", f, fmtRate(c.CyclesPerSec)), ">= 0.50", f >= 0.5})
 			}
 		}
 	}
