@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -66,6 +68,10 @@ type workerStats struct {
 	lat                                histogram
 }
 
+// hangAfter bounds how long the goroutines of a run may take to finish their
+// last call once the run is over; every contender's calls are bounded well below it.
+const hangAfter = 30 * time.Second
+
 // runOne measures contender c in cell cl: fresh clients, setup, warmup, then
 // the measured run. Each of cl.G goroutines loops lock, (check), release.
 func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runConfig, runID string) (*runResult, error) {
@@ -97,7 +103,7 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 	holders := make([]atomic.Int32, len(hot))
 	stats := make([]workerStats, cl.G)
 
-	loop := func(prefix string, d time.Duration) time.Duration {
+	loop := func(prefix string, d time.Duration) (time.Duration, error) {
 		var stop atomic.Bool
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -153,12 +159,23 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 		}
 		time.Sleep(d)
 		stop.Store(true)
-		wg.Wait()
-		return time.Since(start)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+			return time.Since(start), nil
+		case <-time.After(hangAfter):
+			// A call that never returns is a bug worth a stack dump; the
+			// stuck goroutines cannot be stopped, so the caller exits.
+			pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			return 0, fmt.Errorf("%s: lock or release calls still running %s after the end of the run (goroutines above)", c.Name(), hangAfter)
+		}
 	}
 
 	if cfg.Warmup > 0 {
-		loop("bench:w:"+runID+":", cfg.Warmup)
+		if _, err := loop("bench:w:"+runID+":", cfg.Warmup); err != nil {
+			return nil, err
+		}
 		if err := ms.flush(ctx, cl.N); err != nil {
 			return nil, err
 		}
@@ -175,7 +192,10 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 	if err != nil {
 		return nil, err
 	}
-	elapsed := loop("bench:u:"+runID+":", cfg.Duration)
+	elapsed, err := loop("bench:u:"+runID+":", cfg.Duration)
+	if err != nil {
+		return nil, err
+	}
 	srv1, err := ms.serverCPU(ctx, cl.N)
 	if err != nil {
 		return nil, err
