@@ -26,7 +26,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -195,12 +194,12 @@ func (s *Server) Kill() error {
 // Stop freezes the server with SIGSTOP and returns once the kernel reports it
 // stopped (on Linux). The kernel still accepts TCP connections for it, so
 // clients see timeouts, not refusals. Commands sent meanwhile run after [Server.Cont].
-func (s *Server) Stop() error { return s.signal(syscall.SIGSTOP, true) }
+func (s *Server) Stop() error { return s.signal(stopSignal, true) }
 
 // Cont resumes a server frozen by [Server.Stop] with SIGCONT.
-func (s *Server) Cont() error { return s.signal(syscall.SIGCONT, false) }
+func (s *Server) Cont() error { return s.signal(contSignal, false) }
 
-func (s *Server) signal(sig syscall.Signal, stop bool) error {
+func (s *Server) signal(sig os.Signal, stop bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -208,6 +207,9 @@ func (s *Server) signal(sig syscall.Signal, stop bool) error {
 	}
 	if s.p == nil {
 		return errNotRunning
+	}
+	if sig == nil {
+		return errors.New("redistest: Stop and Cont need a Unix system")
 	}
 	pid := s.p.cmd.Process.Pid
 	if err := s.p.cmd.Process.Signal(sig); err != nil {
@@ -353,7 +355,7 @@ func (s *Server) killLocked() error {
 	}
 	s.p = nil
 	if s.stopped {
-		p.cmd.Process.Signal(syscall.SIGCONT) // SIGKILL works on a stopped process; this is belt and braces
+		p.cmd.Process.Signal(contSignal) // SIGKILL works on a stopped process; this is belt and braces
 		s.stopped = false
 	}
 	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -547,7 +549,7 @@ func sweepStaleDirs() {
 		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		if processGone(pid) {
 			os.RemoveAll(d)
 		}
 	}
