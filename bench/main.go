@@ -184,17 +184,20 @@ func run(ctx context.Context, o options) (int, error) {
 	defer ms.Close()
 
 	rep := &report{Meta: meta{
-		Date:      time.Now().UTC().Format("2006-01-02 15:04 UTC"),
-		CPU:       cpuModel(),
-		CPUs:      runtime.NumCPU(),
-		GoVersion: runtime.Version(),
-		Duration:  o.duration.String(),
-		Warmup:    o.warmup.String(),
-		Repeats:   o.repeats,
-		TTL:       o.ttl.String(),
-		PoolSize:  o.poolSize,
-		Smoke:     o.smoke,
-		Args:      strings.Join(os.Args[1:], " "),
+		Date:       time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		CPU:        cpuModel(),
+		CPUs:       runtime.NumCPU(),
+		Memory:     memTotal(),
+		Kernel:     readTrim("/proc/sys/kernel/osrelease"),
+		LoadBefore: loadAvg(),
+		GoVersion:  runtime.Version(),
+		Duration:   o.duration.String(),
+		Warmup:     o.warmup.String(),
+		Repeats:    o.repeats,
+		TTL:        o.ttl.String(),
+		PoolSize:   o.poolSize,
+		Smoke:      o.smoke,
+		Args:       strings.Join(os.Args[1:], " "),
 	}}
 	rep.Meta.Host, _ = os.Hostname()
 	if v, err := ms.admin[0].Info(ctx, "server").Result(); err == nil {
@@ -269,6 +272,7 @@ func run(ctx context.Context, o options) (int, error) {
 		rep.Cells = append(rep.Cells, summarize(cl, rep.order, runs))
 	}
 	rep.Goals = checkGoals(rep)
+	rep.Meta.LoadAfter = loadAvg()
 
 	if err := writeReport(o.out, rep); err != nil {
 		return 1, err
@@ -366,4 +370,34 @@ func cpuModel() string {
 		}
 	}
 	return runtime.GOARCH
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	f := strings.Fields(readTrim("/proc/loadavg"))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// memTotal returns MemTotal from /proc/meminfo in GiB.
+func memTotal() string {
+	for _, line := range strings.Split(readTrim("/proc/meminfo"), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb float64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%f kB", &kb); err == nil {
+				return fmt.Sprintf("%.0f GiB", kb/(1<<20))
+			}
+		}
+	}
+	return "?"
 }

@@ -23,6 +23,10 @@ type meta struct {
 	Host         string `json:"host"`
 	CPU          string `json:"cpu"`
 	CPUs         int    `json:"cpus"`
+	Memory       string `json:"memory"`
+	Kernel       string `json:"kernel"`
+	LoadBefore   string `json:"loadavg_before"` // /proc/loadavg: was the machine quiet?
+	LoadAfter    string `json:"loadavg_after"`
 	GoVersion    string `json:"go"`
 	RedisVersion string `json:"redis"`
 	Duration     string `json:"duration_per_run"`
@@ -90,13 +94,14 @@ func writeMarkdown(w io.Writer, r *report) error {
 	var b strings.Builder
 	m := r.Meta
 	fmt.Fprintf(&b, "# redlock benchmark\n\n")
-	fmt.Fprintf(&b, "%s on %s (%s, %d CPUs), %s, redis-server %s. Each contender ran %s per cell after a %s warmup, %d repeat(s), contenders back to back in alternating order; TTL %s; go-redis PoolSize %s.",
-		m.Date, m.Host, m.CPU, m.CPUs, m.GoVersion, m.RedisVersion, m.Duration, m.Warmup, m.Repeats, m.TTL, poolSizeText(m.PoolSize))
+	fmt.Fprintf(&b, "%s on %s (%s, %d CPUs, %s memory, Linux %s), %s, redis-server %s. Load average %s before the run, %s after. Each contender ran %s per cell after a %s warmup, %d repeat(s), contenders back to back in alternating order; TTL %s; go-redis PoolSize %s.",
+		m.Date, m.Host, m.CPU, m.CPUs, m.Memory, m.Kernel, m.GoVersion, m.RedisVersion, m.LoadBefore, m.LoadAfter, m.Duration, m.Warmup, m.Repeats, m.TTL, poolSizeText(m.PoolSize))
 	if m.Smoke {
 		b.WriteString(" **Smoke run: the figures are not measurements.**")
 	}
 	b.WriteString("\n\n")
 
+	b.WriteString("![cycles/s per contender per cell](chart.svg)\n\n")
 	b.WriteString("## Throughput\n\n")
 	b.WriteString("Cycles/s (lock + release) in uncontended cells, attempts/s (cycles + failed attempts) in contended cells, median over repeats; in brackets the median ratio to redsync and, at N=1, to redislock, each measured side by side in the same repeat.\n\n")
 	b.WriteString("| cell |")
