@@ -163,23 +163,31 @@ func (e *env) lockClient(ms []redis.UniversalClient, opts ...redlock.Option) *re
 }
 
 // warm opens n connections on each client, so toxics added later meet a
-// full pool rather than a handshake.
+// full pool rather than a handshake. Clients are warmed one after another
+// and each PING is retried a few times: on a busy machine a dial through
+// toxiproxy can miss the suite's short dial timeout.
 func warm(t testing.TB, ms []redis.UniversalClient, n int) {
 	t.Helper()
-	var wg sync.WaitGroup
-	errs := make([]error, len(ms)*n)
-	for i, m := range ms {
+	for _, m := range ms {
+		var wg sync.WaitGroup
+		errs := make([]error, n)
 		for j := range n {
 			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				errs[i*n+j] = m.Ping(ctx).Err()
+				for range 5 {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					errs[j] = m.Ping(ctx).Err()
+					cancel()
+					if errs[j] == nil {
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
 			})
 		}
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("warming pools: %v", err)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("warming pools: %v", err)
+		}
 	}
 }
 

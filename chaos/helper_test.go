@@ -67,7 +67,7 @@ func helperMain(mode string) int {
 		fmt.Fprintf(out, "HELD %d\n", time.Now().UnixNano())
 		out.Flush()
 		<-ctx.Done()
-		fmt.Fprintf(out, "LOST %v\n", context.Cause(ctx))
+		fmt.Fprintf(out, "LOST %d %v\n", time.Now().UnixNano(), context.Cause(ctx))
 		out.Flush()
 		return nil
 	}, redlock.WithRetry(redlock.LinearBackoff(50*time.Millisecond)))

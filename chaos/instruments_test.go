@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 func TestLedgerOverlaps(t *testing.T) {
@@ -181,5 +183,33 @@ func TestClockFile(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "clock"))
 	if len(b) != 4096 || b[0]%2 != 0 {
 		t.Errorf("control file: len %d seq %d: want 4096 bytes and an even seq", len(b), b[0])
+	}
+}
+
+// TestClockShimRedis checks the shim end to end: a redis-server on a clock
+// running twice as fast expires a PX key in half the time, and a jump
+// expires it at once.
+func TestClockShimRedis(t *testing.T) {
+	clock := newClock(t)
+	e := newEnv(t, 1, func(_ int, o *redistest.Options) { o.Env = clock.Env() })
+	c := e.direct()[0]
+	ctx := context.Background()
+	if err := clock.Rate(2); err != nil {
+		t.Fatal(err)
+	}
+	c.Set(ctx, "fast", "x", 400*time.Millisecond)
+	t0 := time.Now()
+	for c.Exists(ctx, "fast").Val() == 1 && time.Since(t0) < 2*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := time.Since(t0); d < 150*time.Millisecond || d > 300*time.Millisecond {
+		t.Errorf("PX 400 at x2 lasted %v, want about 200ms", d)
+	}
+	c.Set(ctx, "jump", "x", 10*time.Second)
+	if err := clock.Jump(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, "jump").Val(); n != 0 {
+		t.Errorf("PX 10s key exists after a +20s jump")
 	}
 }

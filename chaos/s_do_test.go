@@ -1,0 +1,417 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+// needDo returns c's Do, or skips (with the reason on the row) when the
+// library does not have it yet.
+func needDo(t *testing.T, r *row, c *redlock.Client) doer {
+	t.Helper()
+	d, ok := any(c).(doer)
+	if !ok {
+		r.note("needs Client.Do, not in the library yet")
+		t.Skip("needs Client.Do (DESIGN.md), not in the library yet")
+	}
+	return d
+}
+
+func needFencing(t *testing.T, r *row) {
+	t.Helper()
+	if withFencing == nil {
+		r.note("needs WithFencing/Lock.Fence: build with -tags chaos_fencing once the library has them")
+		t.Skip("needs redlock.WithFencing (DESIGN.md), not in the library yet: build with -tags chaos_fencing")
+	}
+}
+
+// libGoroutines counts goroutines running code of the library itself.
+func libGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		for _, line := range strings.Split(g, "\n") {
+			if strings.HasPrefix(line, "github.com/redlock-go/redlock.") {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// S9: S8's restart with fencing on: the fence counter is lost with the
+// key, so the next holder's fence can equal (or trail) the previous one's.
+func TestS09RestartFencing(t *testing.T) {
+	for _, v := range []struct{ name, kind, expected string }{
+		{"immediate", "DOCUMENTS", "fence regression (B's fence <= A's); equal fences reach the resource"},
+		{"aof-always", "MUST", "B after A with a higher fence; 0 regressions"},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			r := newRow(t, "S9 restart-fencing/"+v.name, v.kind, "S8 with WithFencing: master 2 restarts while A holds {0,1,2}", v.expected)
+			needFencing(t, r)
+			const ttl = 1500 * time.Millisecond
+			e := newEnv(t, 5, func(i int, o *redistest.Options) { o.Persist = i == 2 && v.name == "aof-always" })
+			// Prime the counters on all five masters.
+			primer := e.lockClient(e.direct(), withFencing())
+			for i := range 3 {
+				l, err := primer.Obtain(context.Background(), "k", ttl)
+				if err != nil {
+					t.Fatalf("priming %d: %v", i, err)
+				}
+				l.Release(context.Background())
+			}
+			a, b := splitView(t, e, withFencing())
+			rr := holdRace(t, a, b, "k", ttl, ttl+redialProbe+time.Second, func() {
+				if err := e.servers[2].Restart(v.name == "aof-always"); err != nil {
+					t.Fatal(err)
+				}
+			})
+			st := rr.report(r)
+			fs := rr.resource.Stats()
+			r.set("a_fence", rr.aFence)
+			r.set("b_fence", rr.bFence)
+			r.set("fence_regressions", st.FenceRegressions)
+			r.set("stale_rejected", fs.StaleRejected)
+			r.set("equal_fence_conflicts", fs.EqualConflicts)
+			r.must(rr.aFence > 0, "A's fence is 0 with WithFencing")
+			if v.kind == "DOCUMENTS" {
+				r.documents(rr.bErr == nil && st.FenceRegressions >= 1, "B obtained=%v with fence %d after A's %d", rr.bErr == nil, rr.bFence, rr.aFence)
+			} else {
+				r.must(rr.bErr == nil, "B never obtained: %v", rr.bErr)
+				r.must(st.PromisedOverlaps == 0 && st.FenceRegressions == 0 && rr.bFence > rr.aFence,
+					"promised=%d regressions=%d fences A=%d B=%d", st.PromisedOverlaps, st.FenceRegressions, rr.aFence, rr.bFence)
+			}
+		})
+	}
+}
+
+// S11: the holder pauses past its TTL inside the critical section.
+func TestS11ClientPause(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	// pauseRace: A obtains, pauses 2xTTL, then "writes"; B polls from the
+	// start and writes as soon as it holds the lock.
+	pauseRace := func(t *testing.T, c *redlock.Client, res *FencedResource) *Ledger {
+		ledger := &Ledger{}
+		lockA, err := c.Obtain(context.Background(), "k", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a0 := time.Now()
+		aUntil := a0.Add(lockA.Validity())
+		done := make(chan Interval)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*ttl)
+			defer cancel()
+			lockB, err := c.Obtain(ctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+			if err != nil {
+				done <- Interval{}
+				return
+			}
+			b0 := time.Now()
+			if res != nil {
+				res.Write("k", lockB.Token(), fenceOf(lockB))
+			}
+			b1 := time.Now()
+			iv := Interval{Key: "k", Holder: lockB.Token(), Fence: fenceOf(lockB), Start: b0, End: b1, ValidUntil: b0.Add(lockB.Validity())}
+			lockB.Release(context.Background())
+			done <- iv
+		}()
+		time.Sleep(2 * ttl) // the pause: GC, a frozen VM, a slow disk
+		if res != nil {
+			res.Write("k", lockA.Token(), fenceOf(lockA))
+		}
+		ledger.Record(Interval{Key: "k", Holder: lockA.Token(), Fence: fenceOf(lockA), Start: a0, End: time.Now(), ValidUntil: aUntil})
+		lockA.Release(context.Background())
+		if iv := <-done; iv.Holder != "" {
+			ledger.Record(iv)
+		}
+		return ledger
+	}
+
+	t.Run("naive", func(t *testing.T) {
+		r := newRow(t, "S11 client-pause/naive", "DOCUMENTS", "A sleeps 2xTTL inside its critical section", "cs_overlaps>=1, promised=0")
+		e := newEnv(t, 5, nil)
+		c := e.lockClient(e.direct())
+		st := safety(r, pauseRace(t, c, nil), nil, nil)
+		r.documents(st.CSOverlaps >= 1, "no critical-section overlap although A paused 2xTTL")
+		r.must(st.PromisedOverlaps == 0, "promised_overlaps=%d, want 0", st.PromisedOverlaps)
+	})
+	t.Run("fenced", func(t *testing.T) {
+		r := newRow(t, "S11 client-pause/fenced", "MUST", "same, writes go through a fenced resource", "stale_rejected>=1, resource overlap 0")
+		needFencing(t, r)
+		e := newEnv(t, 5, nil)
+		c := e.lockClient(e.direct(), withFencing())
+		res := &FencedResource{}
+		st := safety(r, pauseRace(t, c, res), nil, res)
+		fs := res.Stats()
+		r.set("interleaved_writes", fs.Interleaved)
+		r.must(fs.StaleRejected >= 1, "the paused holder's write was not rejected (stale_rejected=%d)", fs.StaleRejected)
+		r.must(fs.Interleaved == 0 && fs.EqualConflicts == 0, "interleaved=%d equal=%d at the resource", fs.Interleaved, fs.EqualConflicts)
+		r.must(st.FenceRegressions == 0, "fence_regressions=%d", st.FenceRegressions)
+	})
+	t.Run("do-partitioned", func(t *testing.T) {
+		r := newRow(t, "S11 client-pause/do-partitioned", "MUST",
+			"Do; A's network to all 5 blackholed while fn works", "ctx cancelled (ErrLockLost) by validity end; cs_overlaps=0")
+		e := newEnv(t, 5, nil)
+		ams := e.masters("A")
+		warm(t, ams, 4)
+		a := e.lockClient(ams)
+		b := e.lockClient(e.direct())
+		d := needDo(t, r, a)
+		const ttl = 600 * time.Millisecond
+		ledger := &Ledger{}
+		var cutAt, cancelAt, fnStart time.Time
+		var cause error
+		bDone := make(chan Interval, 1)
+		doErr := d.Do(context.Background(), "k", ttl, func(ctx context.Context) error {
+			fnStart = time.Now()
+			time.Sleep(ttl / 2) // a renewal or so happens normally
+			cutAt = time.Now()
+			for _, p := range e.group("A") {
+				p.BlackholeUp()
+			}
+			go func() { // B polls while A is cut off
+				bctx, cancel := context.WithTimeout(context.Background(), 3*ttl)
+				defer cancel()
+				l, err := b.Obtain(bctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+				if err != nil {
+					bDone <- Interval{}
+					return
+				}
+				b0 := time.Now()
+				bDone <- Interval{Key: "k", Holder: l.Token(), Start: b0, End: b0.Add(time.Millisecond), ValidUntil: b0.Add(l.Validity())}
+				l.Release(context.Background())
+			}()
+			select {
+			case <-ctx.Done():
+			case <-time.After(4 * ttl):
+			}
+			cancelAt = time.Now()
+			cause = context.Cause(ctx)
+			return nil
+		})
+		ledger.Record(Interval{Key: "k", Holder: "A", Start: fnStart, End: cancelAt, ValidUntil: cancelAt})
+		for _, p := range e.group("A") {
+			p.Heal()
+		}
+		if iv := <-bDone; iv.Holder != "" {
+			ledger.Record(iv)
+			r.set("b_obtained_after_cut", iv.Start.Sub(cutAt))
+		}
+		r.set("cancelled_after_cut", cancelAt.Sub(cutAt))
+		st := safety(r, ledger, nil, nil)
+		r.must(!cancelAt.IsZero() && cancelAt.Before(cutAt.Add(ttl+slack)), "fn's ctx ended %v after the cut, want <= TTL %v", cancelAt.Sub(cutAt), ttl)
+		r.must(errors.Is(cause, redlock.ErrLockLost), "context.Cause = %v, want ErrLockLost", cause)
+		r.must(errors.Is(doErr, redlock.ErrLockLost), "Do returned %v, want an error matching ErrLockLost", doErr)
+		r.must(st.CSOverlaps == 0, "cs_overlaps=%d: B got in before A's fn was told", st.CSOverlaps)
+	})
+	t.Run("sigstop-subprocess", func(t *testing.T) {
+		r := newRow(t, "S11 client-pause/sigstop-worker", "DOCUMENTS",
+			"worker process under Do frozen (SIGSTOP) 2xTTL", "B obtains while frozen; on SIGCONT the worker learns ErrLockLost at once")
+		e := newEnv(t, 5, nil)
+		b := e.lockClient(e.direct())
+		needDo(t, r, b)
+		const ttl = 600 * time.Millisecond
+		w := startHolder(t, e, "k", ttl)
+		held := w.wait(t, "HELD", 5*time.Second)
+		time.Sleep(100 * time.Millisecond)
+		if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopAt := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*ttl)
+		lockB, err := b.Obtain(ctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		cancel()
+		var bAt time.Time
+		if err == nil {
+			bAt = time.Now()
+			r.set("b_obtained_after_stop", bAt.Sub(stopAt))
+			lockB.Release(context.Background())
+		}
+		time.Sleep(time.Until(stopAt.Add(2 * ttl)))
+		w.cmd.Process.Signal(syscall.SIGCONT)
+		contAt := time.Now()
+		lost := w.wait(t, "LOST", 3*time.Second)
+		r.set("worker_held_before_stop", stopAt.Sub(held.at))
+		r.set("lost_signal_after_cont", lost.at.Sub(contAt))
+		r.note("worker: %s", lost.text)
+		r.documents(err == nil && bAt.Before(contAt), "B did not obtain while the worker was frozen: %v", err)
+		r.must(lost.at.Sub(contAt) <= slack && strings.Contains(lost.text, "lock lost"),
+			"worker learned %q %v after SIGCONT, want ErrLockLost within %v", lost.text, lost.at.Sub(contAt), slack)
+	})
+}
+
+// S12: Do's watchdog while a majority stalls mid-lock.
+func TestS12WatchdogUnderFaults(t *testing.T) {
+	r := newRow(t, "S12 watchdog-under-faults", "MUST", "Do TTL 1s; SIGSTOP 3/5 at 0.5s",
+		"ctx cancelled (ErrLockLost) by validity end; Do err ErrLockLost; goroutines back")
+	e := newEnv(t, 5, nil)
+	ms := e.direct()
+	warm(t, ms, 4)
+	before := libGoroutines()
+	c, err := redlock.New(ms, redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(e.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d := needDo(t, r, c)
+	const ttl = time.Second
+	idle := libGoroutines()
+	var stopAt, cancelAt time.Time
+	var cause error
+	start := time.Now()
+	doErr := d.Do(context.Background(), "k", ttl, func(ctx context.Context) error {
+		time.Sleep(ttl / 2)
+		e.stop(0, 1, 2)
+		stopAt = time.Now()
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * ttl):
+		}
+		cancelAt = time.Now()
+		cause = context.Cause(ctx)
+		return nil
+	})
+	returned := time.Now()
+	e.cont(0, 1, 2)
+	afterDo := libGoroutines()
+	c.Close()
+	afterClose := libGoroutines()
+	r.set("cancelled_after_stop", cancelAt.Sub(stopAt))
+	r.set("do_returned_after_cancel", returned.Sub(cancelAt))
+	r.set("fn_ran", cancelAt.Sub(start))
+	r.set("lib_goroutines_before_do", idle)
+	r.set("lib_goroutines_after_do", afterDo)
+	r.set("lib_goroutines_after_close", afterClose-before)
+	r.must(!stopAt.IsZero() && cancelAt.Sub(stopAt) <= ttl+20*time.Millisecond,
+		"fn's ctx ended %v after the stall began, want <= TTL (the last renewal started before it)", cancelAt.Sub(stopAt))
+	r.must(errors.Is(cause, redlock.ErrLockLost), "context.Cause = %v, want ErrLockLost", cause)
+	r.must(errors.Is(doErr, redlock.ErrLockLost), "Do returned %v, want an error matching ErrLockLost", doErr)
+	r.must(returned.Sub(cancelAt) <= 2*nodeTimeout+slack, "Do returned %v after fn", returned.Sub(cancelAt))
+	r.must(afterDo <= idle, "library goroutines: %d idle, %d after Do returned", idle, afterDo)
+	r.must(afterClose <= before, "library goroutines: %d before New, %d after Close", before, afterClose)
+}
+
+// S14: the holder's process dies (SIGKILL) mid-work under Do.
+func TestS14HolderCrash(t *testing.T) {
+	r := newRow(t, "S14 holder-crash", "MUST", "worker process under Do SIGKILLed mid-work",
+		"another worker obtains within TTL + one retry delay; nothing else locked")
+	e := newEnv(t, 5, nil)
+	b := e.lockClient(e.direct())
+	needDo(t, r, b)
+	const ttl = time.Second
+	const retry = 100 * time.Millisecond
+	w := startHolder(t, e, "k", ttl)
+	w.wait(t, "HELD", 5*time.Second)
+	time.Sleep(ttl / 2) // a renewal has run
+	if err := w.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killAt := time.Now()
+	w.cmd.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*ttl)
+	defer cancel()
+	lock, err := b.Obtain(ctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(retry)))
+	after := time.Since(killAt)
+	r.set("obtained_after_kill", after)
+	if err == nil {
+		lock.Release(context.Background())
+	}
+	time.Sleep(50 * time.Millisecond)
+	res := e.residual()
+	r.set("residual_keys", res.Keys)
+	bound := ttl + retry*3/2 + slack // LinearBackoff waits up to 1.5x its delay
+	r.must(err == nil && after <= bound, "obtained=%v after %v, want within %v (err %v)", err == nil, after, bound, err)
+	r.must(res.Keys == 0 && res.NoExpiry == 0, "%d lock keys (%d without expiry) left after the release", res.Keys, res.NoExpiry)
+}
+
+// holder is a worker subprocess (the test binary in helper mode).
+type holder struct {
+	cmd   *exec.Cmd
+	lines chan line
+}
+
+type line struct {
+	text string
+	at   time.Time
+}
+
+func startHolder(t *testing.T, e *env, key string, ttl time.Duration) *holder {
+	t.Helper()
+	var addrs []string
+	for _, s := range e.servers {
+		addrs = append(addrs, s.Addr())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=holder", "CHAOS_ADDRS="+strings.Join(addrs, ","),
+		"CHAOS_KEY="+key, "CHAOS_PREFIX="+e.prefix, "CHAOS_TTL="+ttl.String())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{cmd: cmd, lines: make(chan line, 16)}
+	go func() {
+		defer close(h.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			h.lines <- line{sc.Text(), time.Now()}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return h
+}
+
+// wait returns the first line starting with prefix; the line's own
+// timestamp (the worker's wall clock) is used when it has one.
+func (h *holder) wait(t *testing.T, prefix string, d time.Duration) line {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case l, ok := <-h.lines:
+			if !ok {
+				t.Fatalf("worker exited before %s", prefix)
+			}
+			if l.text == "NODO" {
+				t.Skip("needs Client.Do")
+			}
+			if !strings.HasPrefix(l.text, prefix) {
+				continue
+			}
+			if f := strings.Fields(l.text); len(f) > 1 {
+				if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					l.at = time.Unix(0, ns)
+				}
+			}
+			return l
+		case <-timer.C:
+			t.Fatalf("no %s from the worker within %v", prefix, d)
+		}
+	}
+}
