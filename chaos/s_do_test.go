@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -23,6 +24,9 @@ import (
 func needDo(t *testing.T, r *row, c *redlock.Client) doer {
 	t.Helper()
 	d, ok := any(c).(doer)
+	if m, has := reflect.TypeOf(c).MethodByName("Do"); has && !ok {
+		t.Fatalf("Client.Do has signature %v, not DESIGN.md's", m.Type)
+	}
 	if !ok {
 		r.note("needs Client.Do, not in the library yet")
 		t.Skip("needs Client.Do (DESIGN.md), not in the library yet")
@@ -297,7 +301,8 @@ func TestS12WatchdogUnderFaults(t *testing.T) {
 	r.set("fn_ran", cancelAt.Sub(start))
 	r.set("lib_goroutines_before_do", idle)
 	r.set("lib_goroutines_after_do", afterDo)
-	r.set("lib_goroutines_after_close", afterClose-before)
+	r.set("lib_goroutines_before_new", before)
+	r.set("lib_goroutines_after_close", afterClose)
 	r.must(!stopAt.IsZero() && cancelAt.Sub(stopAt) <= ttl+20*time.Millisecond,
 		"fn's ctx ended %v after the stall began, want <= TTL (the last renewal started before it)", cancelAt.Sub(stopAt))
 	r.must(errors.Is(cause, redlock.ErrLockLost), "context.Cause = %v, want ErrLockLost", cause)
