@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -277,5 +278,67 @@ func TestS13SingleInstance(t *testing.T) {
 		})
 		st := rr.report(r)
 		r.documents(st.PromisedOverlaps >= 1, "B obtained after %v, A valid for %v (err %v)", rr.bAfter, rr.aValid, rr.bErr)
+	})
+}
+
+// tokenCount is how many masters hold key with token.
+func (e *env) tokenCount(key, token string) int {
+	n := 0
+	for _, m := range e.direct() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if v, err := m.Get(ctx, e.prefix+key).Result(); err == nil && v == token {
+			n++
+		}
+		cancel()
+	}
+	return n
+}
+
+// TestS08Extend: Extend after masters restarted empty re-takes the vanished
+// keys (DESIGN: Extend), and a lapsed lock is never revived.
+func TestS08Extend(t *testing.T) {
+	t.Run("retakes-vanished", func(t *testing.T) {
+		r := newRow(t, "S8 restart/extend-retakes", "MUST", "A holds 5/5; masters 1,2 restart empty; A extends",
+			"Extend ok, key back on 5/5; B not obtained in A's validity")
+		e := newEnv(t, 5, nil)
+		a := e.lockClient(e.direct())
+		b := e.lockClient(e.direct())
+		const ttl = time.Second
+		lock, err := a.Obtain(context.Background(), "k", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.restart(false, 1, 2)
+		settle(t, e.direct())
+		before := e.tokenCount("k", lock.Token())
+		err = lock.Extend(context.Background(), ttl)
+		after := e.tokenCount("k", lock.Token())
+		r.set("holders_before_extend", before)
+		r.set("holders_after_extend", after)
+		r.set("validity_after_extend", lock.Validity())
+		ctx, cancel := context.WithTimeout(context.Background(), lock.Validity()-50*time.Millisecond)
+		_, bErr := b.Obtain(ctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		cancel()
+		r.set("b_obtained_in_validity", bErr == nil)
+		r.must(err == nil, "Extend after 2/5 restarted empty: %v", err)
+		r.must(after == 5, "A's token on %d of 5 masters after Extend, want 5 (vanished keys re-taken)", after)
+		r.must(bErr != nil, "B obtained within A's extended validity")
+		lock.Release(context.Background())
+	})
+	t.Run("never-revived", func(t *testing.T) {
+		r := newRow(t, "S8 restart/extend-after-lapse", "MUST", "A's lock lapses (TTL 200ms, waits 300ms); A extends",
+			"ErrLockLost; nothing re-created")
+		e := newEnv(t, 5, nil)
+		a := e.lockClient(e.direct())
+		lock, err := a.Obtain(context.Background(), "k", 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		err = lock.Extend(context.Background(), time.Second)
+		n := e.tokenCount("k", lock.Token())
+		r.set("holders_after_extend", n)
+		r.must(errors.Is(err, redlock.ErrLockLost), "Extend of a lapsed lock: %v, want ErrLockLost", err)
+		r.must(n == 0, "a lapsed lock was revived on %d masters", n)
 	})
 }
