@@ -278,3 +278,10 @@ func buildShim() (dir string) {
 	shim.so = so
 	return dir
 }
+
+// mostly reports whether ok of total is a pass for a liveness check: all
+// but 5% (at least one) may fail. A 2-core machine under -race with
+// toxiproxy in the same process sometimes stalls every master's reply past
+// a 50 ms node timeout at once ("0 of 5 agreed"); safety checks never get
+// this tolerance.
+func mostly(ok, total int) bool { return ok >= total-max(1, total/20) }

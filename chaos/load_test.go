@@ -38,6 +38,8 @@ type loadStats struct {
 	acquired    int
 	notObtained int
 	noDetail    int // ErrNotObtained without a *QuorumError
+	noDetailMsg string
+	releaseMsg  string
 	otherErrs   map[string]int
 	lats        []time.Duration // every Obtain call
 	okLats      []time.Duration // successful Obtains
@@ -114,6 +116,7 @@ func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadSta
 				s.notObtained++
 				if !errors.As(err, &qe) && ctx.Err() == nil {
 					s.noDetail++
+					s.noDetailMsg = err.Error()
 				}
 			case ctx.Err() != nil:
 			default:
@@ -150,6 +153,7 @@ func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadSta
 				s.releaseLost++
 			} else {
 				s.releaseErr++
+				s.releaseMsg = err.Error()
 			}
 			s.mu.Unlock()
 		}
@@ -173,6 +177,13 @@ func (s *loadStats) report(r *row) {
 	if s.releaseLost+s.releaseErr > 0 {
 		r.set("release_lost", s.releaseLost)
 		r.set("release_err", s.releaseErr)
+		if s.releaseMsg != "" {
+			r.note("a Release error: %s", s.releaseMsg)
+		}
+	}
+	if s.noDetail > 0 {
+		r.set("errors_without_detail", s.noDetail)
+		r.note("ErrNotObtained without *QuorumError, e.g. %q", s.noDetailMsg)
 	}
 	if s.pastCtx > slack {
 		r.note("slowest Obtain: %s", s.worst)
