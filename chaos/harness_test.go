@@ -117,8 +117,12 @@ func clientOpts(addr string) *redis.Options {
 	}
 }
 
-func (e *env) client(addr string) *redis.Client {
-	c := redis.NewClient(clientOpts(addr))
+func (e *env) client(addr string, adjust func(*redis.Options)) *redis.Client {
+	o := clientOpts(addr)
+	if adjust != nil {
+		adjust(o)
+	}
+	c := redis.NewClient(o)
 	e.mu.Lock()
 	e.rdbs = append(e.rdbs, c)
 	e.mu.Unlock()
@@ -127,16 +131,19 @@ func (e *env) client(addr string) *redis.Client {
 
 // masters returns one go-redis client per master: through the group's
 // proxies, or straight to the servers when group is "".
-func (e *env) masters(group string) []redis.UniversalClient {
+func (e *env) masters(group string) []redis.UniversalClient { return e.mastersWith(group, nil) }
+
+// mastersWith is masters with the go-redis options adjusted.
+func (e *env) mastersWith(group string, adjust func(*redis.Options)) []redis.UniversalClient {
 	ms := make([]redis.UniversalClient, len(e.servers))
 	if group == "" {
 		for i, s := range e.servers {
-			ms[i] = e.client(s.Addr())
+			ms[i] = e.client(s.Addr(), adjust)
 		}
 		return ms
 	}
 	for i, p := range e.group(group) {
-		ms[i] = e.client(p.Addr())
+		ms[i] = e.client(p.Addr(), adjust)
 	}
 	return ms
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlock-go/redlock"
 )
 
@@ -205,10 +207,25 @@ func TestS03MajorityDown(t *testing.T) {
 // S4: a minority stalls (SIGSTOP) for 3 TTLs: locking goes on at quorum
 // speed; zombie SETs run after SIGCONT and expire within a TTL.
 func TestS04StalledMinority(t *testing.T) {
-	r := newRow(t, "S4 stalled-minority", "MUST", "SIGSTOP 2/5 for 3xTTL (1.5s), SIGCONT",
-		"safety 0; availability~baseline; p99<=node timeout; residual<=TTL")
+	t.Run("suite-clients", func(t *testing.T) {
+		r := newRow(t, "S4 stalled-minority", "MUST", "SIGSTOP 2/5 for 3xTTL (1.5s), SIGCONT",
+			"safety 0; availability~baseline; p99<=node timeout; residual<=TTL")
+		stalledMinority(t, r, nil)
+	})
+	t.Run("default-clients", func(t *testing.T) {
+		r := newRow(t, "S4 stalled-minority/default-clients", "MUST",
+			"same, go-redis clients as users make them (1s timeouts, no ContextTimeoutEnabled)",
+			"same: the node timeout, not the client's, bounds each call; Close bounded")
+		stalledMinority(t, r, func(o *redis.Options) {
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = time.Second, time.Second, time.Second, 0
+			o.ContextTimeoutEnabled = false
+		})
+	})
+}
+
+func stalledMinority(t *testing.T, r *row, adjust func(*redis.Options)) {
 	e := newEnv(t, 5, nil)
-	ms := e.direct()
+	ms := e.mastersWith("", adjust)
 	warm(t, ms, 4)
 	c := e.lockClient(ms)
 	const ttl = 500 * time.Millisecond
@@ -246,6 +263,10 @@ func TestS04StalledMinority(t *testing.T) {
 	r.must(stall.P99 <= 2*nodeTimeout+slack, "probe p99 %v while 2/5 stalled, want <= %v (returns at quorum)", stall.P99, 2*nodeTimeout+slack)
 	r.must(res.MaxPTTL <= ttl && res.NoExpiry == 0, "residual max PTTL %v (no expiry: %d), want <= %v", res.MaxPTTL, res.NoExpiry, ttl)
 	r.must(later.Keys == 0, "%d lock keys left a TTL after SIGCONT", later.Keys)
+	t0 := time.Now()
+	c.Close()
+	r.set("close", time.Since(t0))
+	r.set("lib_goroutines_after_close", libGoroutines())
 }
 
 // S5: a majority stalls: nothing is granted, calls are bounded, and after

@@ -42,7 +42,8 @@ func TestS06ReplyLost(t *testing.T) {
 				retry: redlock.LinearBackoff(20 * time.Millisecond), obtainTimeout: 300 * time.Millisecond, hold: 2 * time.Millisecond}
 			done := make(chan *loadStats)
 			go func() { done <- l.run(context.Background()) }()
-			var ok, tries, relErr int
+			var ok, tries, relErr, landed int
+			cut := e.direct()[3:]
 			var lats []time.Duration
 			deadline := time.Now().Add(1200 * time.Millisecond)
 			for i := 0; i < 200 && time.Now().Before(deadline); i++ {
@@ -53,6 +54,13 @@ func TestS06ReplyLost(t *testing.T) {
 				tries++
 				if err == nil {
 					ok++
+					if i < 10 { // did the SET land where the reply was lost?
+						for _, m := range cut {
+							if v, _ := m.Get(ctx, e.prefix+fmt.Sprintf("k%d", i)).Result(); v == lock.Token() {
+								landed++
+							}
+						}
+					}
 					if lock.Release(ctx) != nil {
 						relErr++
 					}
@@ -62,6 +70,9 @@ func TestS06ReplyLost(t *testing.T) {
 			}
 			lastOp := time.Now()
 			s := <-done
+			// Of the first 10 locks, how many SETs landed on the 2 cut masters
+			// (downstream: they run, the reply is lost; upstream: never sent).
+			r.set("landed_on_cut_masters_of_20", landed)
 			for _, p := range e.group("w") {
 				p.Heal()
 			}
