@@ -1,0 +1,113 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Lock is a held lock, returned by [Client.Obtain]. It is safe for
+// concurrent use: Extend from one goroutine while another calls Release,
+// for example. Extend and Release on one Lock run one at a time.
+type Lock struct {
+	c     *Client
+	key   string // as the caller named it
+	full  string // with the client's prefix: the key in Redis
+	token string
+
+	mu    sync.Mutex    // serialises Extend and Release
+	ttl   time.Duration // of the last Obtain or Extend; guarded by mu
+	until atomic.Int64  // end of validity, in ns since c.epoch; 0 when released or lost
+}
+
+// Key returns the key the lock was obtained for, without the client's
+// prefix.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the lock's owner identity, 128 random bits from crypto/rand
+// encoded in URL-safe base64: the value the lock key holds on each master.
+func (l *Lock) Token() string { return l.token }
+
+// Validity returns how long the lock is still held for sure: its TTL minus
+// the time the last Obtain or Extend took minus the drift allowance, counted
+// on the monotonic clock from when that call started. It is 0 once that time
+// has passed, after Release, and once Extend found the lock lost.
+func (l *Lock) Validity() time.Duration {
+	until := l.until.Load()
+	if until == 0 {
+		return 0
+	}
+	return max(0, time.Duration(until)-time.Since(l.c.epoch))
+}
+
+// Extend resets the lock's TTL to ttl on every master where it is still
+// ours, and re-takes the key where it has vanished (a restart, an eviction).
+// It succeeds when a quorum confirmed it, and then the validity is counted
+// anew from the start of this call.
+//
+// It returns an error matching [ErrLockLost] when the lock's validity had
+// already run out (a lapsed lock is never revived) or when refusals rule out
+// a quorum (our token is gone from more than N - quorum masters); Validity
+// is 0 from then on. When masters merely fail to answer, the error does not
+// match ErrLockLost: the lock is still ours until Validity runs out, and
+// Extend may be tried again.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	c := l.c
+	ttl, err := c.check(ctx, l.key, ttl)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Validity() == 0 {
+		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
+	}
+	start := time.Now()
+	out := c.fanout(ctx, opExtend, l.full, l.token, ttl, c.cfg.timeout(ttl))
+	if out.ok >= c.quorum {
+		until := start.Add(ttl - c.cfg.drift(ttl))
+		if time.Now().Before(until) {
+			l.until.Store(int64(until.Sub(c.epoch)))
+			l.ttl = ttl
+			return nil
+		}
+		return fmt.Errorf("redlock: extend took %v, longer than the validity of a %v TTL", time.Since(start), ttl)
+	}
+	qe := &QuorumError{Op: "extend", Quorum: c.quorum, Nodes: out.nodes}
+	if out.refused > len(c.nodes)-c.quorum {
+		qe.kind = ErrLockLost
+		l.until.Store(0)
+	}
+	return qe
+}
+
+// Release deletes the lock on every master where it still holds our token,
+// and never deletes another owner's key. It returns nil when a quorum
+// confirmed the delete; an error matching [ErrLockLost] when refusals show
+// our token was gone from more than N - quorum masters (the lock had lapsed
+// or been taken: work done under it may have overlapped); otherwise an error
+// with each master's answer, and the keys left expire with their TTL.
+// Validity is 0 after Release, whatever it returns.
+func (l *Lock) Release(ctx context.Context) error {
+	c := l.c
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.until.Store(0)
+	out := c.fanout(ctx, opRelease, l.full, l.token, 0, c.cfg.timeout(l.ttl))
+	if out.ok >= c.quorum {
+		return nil
+	}
+	qe := &QuorumError{Op: "release", Quorum: c.quorum, Nodes: out.nodes}
+	if out.refused > len(c.nodes)-c.quorum {
+		qe.kind = ErrLockLost
+	}
+	return qe
+}

@@ -1,0 +1,335 @@
+// Package redlock provides distributed locks on Redis: the Redlock quorum
+// lock over N independent masters ([New]) and a single-instance lock
+// ([NewSingle]), behind one API.
+//
+// Both are efficiency locks. They make duplicate work rare (two replicas
+// rebuilding the same cache entry, running the same job), they do not make
+// it impossible: a holder that pauses past its lease (a GC pause, a frozen
+// VM), a master that restarts without persistence, or a clock that jumps can
+// let two holders overlap. When correctness depends on the lock, the resource
+// must refuse a stale holder itself: check a fencing token, use a database
+// constraint or a conditional update, or use a consensus store (etcd,
+// ZooKeeper).
+//
+// A [Client] is safe for concurrent use by many goroutines; so is a [Lock].
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Client takes locks on a set of masters. Create it with [New] or
+// [NewSingle]; it is safe for concurrent use. Close it when done: it owns a
+// few goroutines per master that send requests, and requests still in
+// flight when a call returns finish in the background.
+type Client struct {
+	nodes  []*node
+	quorum int
+	cfg    config
+	epoch  time.Time // the monotonic origin of every Lock's validity
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// New returns a Client for the Redlock algorithm over N independent masters:
+// a lock is held when a quorum of N/2+1 masters granted it within its
+// validity. Each master is any go-redis client: a standalone server, a
+// Sentinel failover client or a whole Redis Cluster. The masters must be
+// independent (not replicas of each other) and distinct; New never closes
+// them.
+//
+// The lock is an efficiency lock: it makes duplicate work rare, not
+// impossible (see the package doc). Use fencing tokens checked by the
+// resource, a constraint or a consensus store when correctness matters.
+func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
+	if len(masters) == 0 {
+		return nil, invalid("no masters")
+	}
+	for i, m := range masters {
+		if m == nil {
+			return nil, invalid("master %d is nil", i)
+		}
+		for j := range i {
+			if masters[j] == m {
+				return nil, invalid("masters %d and %d are the same client", j, i)
+			}
+		}
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
+		o.apply(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now()}
+	for i, m := range masters {
+		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.wg))
+	}
+	return c, nil
+}
+
+// Close stops the client's goroutines once the requests still in flight
+// have finished or timed out, and returns when they have. It never closes
+// the masters' clients. Calls after Close fail with [ErrClosed]; Close is
+// idempotent.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	for _, n := range c.nodes {
+		n.close()
+	}
+	c.wg.Wait()
+	return nil
+}
+
+// Obtain takes the lock on key for ttl and returns it, or an error matching
+// [ErrNotObtained] with each master's answer in a [*QuorumError].
+//
+// Each attempt sends the acquire to every master at once and decides as
+// soon as a quorum has granted it or can no longer do so; the lock's
+// validity is ttl minus the time the attempt took minus the drift allowance.
+// A failed attempt releases the key on every master that did not answer
+// "held by another owner". Further attempts follow [WithRetry] (default: one
+// attempt) and never outlast ctx's deadline.
+//
+// A TTL with a fraction of a millisecond is rounded up. Invalid input (an
+// empty key, a TTL under 1 ms or not above the drift allowance, a nil
+// context) returns an error matching [ErrInvalidArgument] before any request
+// is sent.
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
+	ttl, err := c.check(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	oc := obtainConfig{retry: NoRetry()}
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil obtain option")
+		}
+		o.applyObtain(&oc)
+	}
+	if oc.retry == nil {
+		return nil, invalid("nil retry strategy")
+	}
+	if err := oc.retry.check(); err != nil {
+		return nil, err
+	}
+	var timer *time.Timer
+	for n := 1; ; n++ {
+		lock, err := c.attempt(ctx, key, ttl)
+		if err == nil {
+			return lock, nil
+		}
+		wait, ok := oc.retry.wait(n)
+		if !ok {
+			return nil, err
+		}
+		if d, has := ctx.Deadline(); has && time.Until(d) < wait {
+			return nil, err // the next attempt could not start before the deadline
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", err, context.Cause(ctx))
+		case <-timer.C:
+		}
+	}
+}
+
+// check validates what every lock operation takes, and rounds ttl up to a
+// whole millisecond.
+func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time.Duration, error) {
+	if ctx == nil {
+		return 0, invalid("nil context")
+	}
+	if key == "" {
+		return 0, invalid("empty key")
+	}
+	ttl, err := c.checkTTL(ttl)
+	if err != nil {
+		return 0, err
+	}
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	return ttl, nil
+}
+
+func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
+	if ttl < time.Millisecond {
+		return 0, invalid("ttl must be at least 1ms, got %v", ttl)
+	}
+	if r := ttl % time.Millisecond; r != 0 {
+		ttl += time.Millisecond - r
+	}
+	if d := c.cfg.drift(ttl); ttl <= d {
+		return 0, invalid("ttl %v leaves no validity after the drift allowance of %v", ttl, d)
+	}
+	return ttl, nil
+}
+
+// attempt makes one try at the lock.
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotObtained, context.Cause(ctx))
+	}
+	token := newToken()
+	start := time.Now()
+	full := c.cfg.keyPrefix + key
+	timeout := c.cfg.timeout(ttl)
+	out := c.fanout(ctx, opAcquire, full, token, ttl, timeout)
+	lapsed := false
+	if out.ok >= c.quorum {
+		until := start.Add(ttl - c.cfg.drift(ttl))
+		if time.Now().Before(until) {
+			l := &Lock{c: c, key: key, full: full, token: token, ttl: ttl}
+			l.until.Store(int64(until.Sub(c.epoch)))
+			return l, nil
+		}
+		lapsed = true
+	}
+	c.undo(ctx, out, full, token, timeout)
+	if lapsed {
+		for i := range out.nodes {
+			if out.nodes[i].Err == nil {
+				out.nodes[i].Err = errLapsed
+			}
+		}
+	}
+	return nil, &QuorumError{Op: "obtain", Quorum: c.quorum, Nodes: out.nodes, kind: ErrNotObtained}
+}
+
+var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)
+
+// undo releases a failed attempt's key on every master that did not answer
+// "held by another owner": those that agreed, and the silent ones whose SET
+// may have landed or may land late. It waits only for the masters that
+// answered the attempt, which are alive; the others' releases finish in the
+// background.
+func (c *Client) undo(ctx context.Context, out *outcome, key, token string, timeout time.Duration) {
+	rd := &round{replies: make(chan reply, len(c.nodes))}
+	deadline := time.Now().Add(timeout)
+	wait := 0
+	for i, n := range c.nodes {
+		err := out.nodes[i].Err
+		if err == ErrTaken {
+			continue
+		}
+		r := &request{kind: opRelease, key: key, token: token, deadline: deadline, idx: i}
+		if err == nil || err == errAbsent { // answered promptly: alive
+			r.rd = rd
+			wait++
+		}
+		n.send(r)
+	}
+	if wait == 0 {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for ; wait > 0; wait-- {
+		select {
+		case <-rd.replies:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// An outcome is what the masters answered to one round, as far as the
+// caller waited.
+type outcome struct {
+	rd          *round
+	nodes       []NodeError // Err nil: agreed; errNoReply: still pending
+	ok, refused int
+}
+
+// fanout sends one request to every master at once and collects replies
+// until the outcome is decided: a quorum agreed, or refusals and failures
+// leave too few masters to reach one, or the node timeout or ctx ended.
+// Requests still in flight then finish in the background.
+func (c *Client) fanout(ctx context.Context, kind opKind, key, token string, ttl, timeout time.Duration) *outcome {
+	n := len(c.nodes)
+	out := &outcome{rd: &round{replies: make(chan reply, n)}, nodes: make([]NodeError, n)}
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	for i, nd := range c.nodes {
+		out.nodes[i] = NodeError{Addr: nd.addr, Err: errNoReply}
+	}
+	for i, nd := range c.nodes {
+		nd.send(&request{kind: kind, key: key, token: token, ttlMs: ttl.Milliseconds(),
+			deadline: deadline, done: ctx.Done(), rd: out.rd, idx: i})
+	}
+	failed := 0
+	var t *time.Timer
+	var tc <-chan time.Time
+	for pending := n; pending > 0 && out.ok < c.quorum && out.refused+failed <= n-c.quorum; pending-- {
+		var r reply
+		select {
+		case r = <-out.rd.replies:
+		default:
+			if t == nil {
+				t = time.NewTimer(time.Until(deadline))
+				defer t.Stop()
+				tc = t.C
+			}
+			select {
+			case r = <-out.rd.replies:
+			case <-tc:
+				out.expire(fmt.Errorf("timed out after %v: %w", timeout, context.DeadlineExceeded))
+				return out
+			case <-ctx.Done():
+				out.expire(context.Cause(ctx))
+				return out
+			}
+		}
+		out.nodes[r.idx].Err = r.err
+		switch r.err {
+		case nil:
+			out.ok++
+		case ErrTaken, errAbsent:
+			out.refused++
+		default:
+			failed++
+		}
+	}
+	return out
+}
+
+// expire marks every master that has not answered with err.
+func (o *outcome) expire(err error) {
+	for i := range o.nodes {
+		if o.nodes[i].Err == errNoReply {
+			o.nodes[i].Err = fmt.Errorf("%w (%w)", errNoReply, err)
+		}
+	}
+}
+
+// newToken returns 128 random bits from crypto/rand, URL-safe base64.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read aborts the program instead
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,190 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// minis starts n in-process masters and returns them with their clients.
+func minis(t *testing.T, n int) ([]*miniredis.Miniredis, []redis.UniversalClient) {
+	t.Helper()
+	ms := make([]*miniredis.Miniredis, n)
+	cs := make([]redis.UniversalClient, n)
+	for i := range n {
+		ms[i] = miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: ms[i].Addr(), MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	return ms, cs
+}
+
+func newClient(t *testing.T, masters []redis.UniversalClient, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(masters, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestObtainReleaseMini(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5} {
+		t.Run(fmt.Sprint("N=", n), func(t *testing.T) {
+			ctx := context.Background()
+			ms, cs := minis(t, n)
+			c := newClient(t, cs, WithKeyPrefix("lock:"))
+			l, err := c.Obtain(ctx, "k", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Key() != "k" || len(l.Token()) != 22 {
+				t.Fatalf("key %q token %q", l.Key(), l.Token())
+			}
+			// Obtain returns at quorum; the other masters follow.
+			eventually(t, func() error {
+				for i, m := range ms {
+					if got, _ := m.Get("lock:k"); got != l.Token() {
+						return fmt.Errorf("master %d holds %q, want our token", i, got)
+					}
+				}
+				return nil
+			})
+			if v := l.Validity(); v <= 0 || v > time.Second-12*time.Millisecond {
+				t.Fatalf("validity %v, want in (0, ttl-drift]", v)
+			}
+			_, err = c.Obtain(ctx, "k", time.Second)
+			if !errors.Is(err, ErrNotObtained) {
+				t.Fatalf("second Obtain: %v, want ErrNotObtained", err)
+			}
+			var qe *QuorumError
+			if !errors.As(err, &qe) || len(qe.Nodes) != n || !errors.Is(err, ErrTaken) {
+				t.Fatalf("second Obtain error %v lacks node detail", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if l.Validity() != 0 {
+				t.Fatal("validity after release")
+			}
+			eventually(t, func() error {
+				for i, m := range ms {
+					if m.Exists("lock:k") {
+						return fmt.Errorf("master %d still holds the key", i)
+					}
+				}
+				return nil
+			})
+			if err := l.Release(ctx); !errors.Is(err, ErrLockLost) {
+				t.Fatalf("second Release: %v, want ErrLockLost", err)
+			}
+			if err := l.Extend(ctx, time.Second); !errors.Is(err, ErrLockLost) {
+				t.Fatalf("Extend after Release: %v, want ErrLockLost", err)
+			}
+		})
+	}
+}
+
+// TestQuorumEveryState runs Obtain, Extend and Release over every
+// assignment of {free, taken by a stranger, down} to N masters, N up to 5.
+func TestQuorumEveryState(t *testing.T) {
+	const (
+		free = iota
+		taken
+		down
+	)
+	ctx := context.Background()
+	for n := 1; n <= 5; n++ {
+		ms, cs := minis(t, n)
+		c := newClient(t, cs, WithNodeTimeout(time.Second))
+		q := n/2 + 1
+		combos := 1
+		for range n {
+			combos *= 3
+		}
+		for combo := range combos {
+			state := make([]int, n)
+			nfree := 0
+			for i, x := 0, combo; i < n; i, x = i+1, x/3 {
+				state[i] = x % 3
+				switch state[i] {
+				case free:
+					nfree++
+				}
+			}
+			key := fmt.Sprintf("q%d-%d", n, combo)
+			for i, m := range ms {
+				m.SetError("")
+				switch state[i] {
+				case taken:
+					m.Set(key, "stranger")
+				case down:
+					m.SetError("LOADING pretend down")
+				}
+			}
+			l, err := c.Obtain(ctx, key, time.Minute)
+			if (err == nil) != (nfree >= q) {
+				t.Fatalf("N=%d state %v: Obtain err %v, want success %v", n, state, err, nfree >= q)
+			}
+			for _, m := range ms {
+				m.SetError("")
+			}
+			eventually(t, func() error {
+				for i, m := range ms {
+					v, _ := m.Get(key)
+					switch {
+					case state[i] == taken && v != "stranger":
+						return fmt.Errorf("N=%d state %v: stranger's key on master %d became %q", n, state, i, v)
+					case state[i] == free && err != nil && v != "":
+						return fmt.Errorf("N=%d state %v: failed Obtain left %q on master %d", n, state, v, i)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				var qe *QuorumError
+				if !errors.As(err, &qe) || !errors.Is(err, ErrNotObtained) || qe.Quorum != q {
+					t.Fatalf("N=%d state %v: error %v", n, state, err)
+				}
+				continue
+			}
+			// Extend and release with the same masters down: they succeed
+			// on the free ones.
+			for i, m := range ms {
+				if state[i] == down {
+					m.SetError("LOADING pretend down")
+				}
+			}
+			if err := l.Extend(ctx, time.Minute); err != nil {
+				t.Fatalf("N=%d state %v: Extend: %v", n, state, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("N=%d state %v: Release: %v", n, state, err)
+			}
+		}
+		for _, m := range ms {
+			m.SetError("")
+		}
+	}
+}
+
+// eventually polls check until it returns nil, for at most 5s: for effects
+// that follow a call's return (requests finishing in the background).
+func eventually(t *testing.T, check func() error) {
+	t.Helper()
+	var err error
+	for range 500 {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal(err)
+}
