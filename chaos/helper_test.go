@@ -22,6 +22,12 @@ type doer interface {
 	Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...redlock.ObtainOption) error
 }
 
+// doOf returns c's Do when the library has it.
+var doOf = func(c *redlock.Client) (doer, bool) {
+	d, ok := any(c).(doer)
+	return d, ok
+}
+
 // fencer is Lock.Fence, asserted at run time for the same reason.
 type fencer interface{ Fence() int64 }
 
@@ -54,7 +60,7 @@ func helperMain(mode string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	d, ok := any(c).(doer)
+	d, ok := doOf(c)
 	if !ok {
 		fmt.Println("NODO")
 		return 3

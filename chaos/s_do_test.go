@@ -23,7 +23,7 @@ import (
 // library does not have it yet.
 func needDo(t *testing.T, r *row, c *redlock.Client) doer {
 	t.Helper()
-	d, ok := any(c).(doer)
+	d, ok := doOf(c)
 	if m, has := reflect.TypeOf(c).MethodByName("Do"); has && !ok {
 		t.Fatalf("Client.Do has signature %v, not DESIGN.md's", m.Type)
 	}
