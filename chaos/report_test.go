@@ -43,6 +43,19 @@ func newRow(t *testing.T, scenario, kind, fault, expected string) *row {
 	results.rows = append(results.rows, r)
 	results.mu.Unlock()
 	t.Cleanup(func() {
+		// Runs after the scenario's own cleanups: every Client is closed, so
+		// none of the library's goroutines may be left.
+		if !t.Skipped() {
+			left := 0
+			for range 20 { // a goroutine that is exiting may need a moment
+				if left = libGoroutines(); left == 0 {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			r.set("lib_goroutines_left", left)
+			r.must(left == 0, "%d library goroutines left after every Client was closed", left)
+		}
 		results.mu.Lock()
 		defer results.mu.Unlock()
 		r.Seconds = float64(time.Since(start).Milliseconds()) / 1000
