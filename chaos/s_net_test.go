@@ -160,6 +160,7 @@ func TestS07SlowNetwork(t *testing.T) {
 				}
 				r := newRow(t, fmt.Sprintf("S7 slow-network/%dof5-%dms", slow, L.Milliseconds()), "MUST",
 					fmt.Sprintf("latency %v on %d/5 (node timeout %v)", L, slow, nodeTimeout), expected)
+				r.sharedEnv = true
 				for i := 5 - slow; i < 5; i++ {
 					if err := e.group("w")[i].Latency(L, 0); err != nil {
 						t.Fatal(err)
@@ -228,6 +229,7 @@ func TestS07SlowNetwork(t *testing.T) {
 	s := <-done
 	t.Run("hot-key-throughout", func(t *testing.T) {
 		r := newRow(t, "S7 slow-network/hot-key", "MUST", "the whole sweep, 4 workers on one key", "safety 0")
+		r.sharedEnv = true
 		s.report(r)
 		mustSafe(r, safety(r, l.ledger, l.counter, nil), l.counter)
 	})
