@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -74,7 +75,7 @@ const hangAfter = 30 * time.Second
 
 // runOne measures contender c in cell cl: fresh clients, setup, warmup, then
 // the measured run. Each of cl.G goroutines loops lock, (check), release.
-func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runConfig, runID string) (*runResult, error) {
+func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runConfig, runID string) (res *runResult, err error) {
 	if err := ms.flush(ctx, cl.N); err != nil {
 		return nil, err
 	}
@@ -90,7 +91,13 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 	if err := c.Setup(masters, cfg.TTL); err != nil {
 		return nil, fmt.Errorf("%s setup: %w", c.Name(), err)
 	}
-	defer c.Close()
+	defer func() {
+		// A Close that fails is the contender's error, reported with the run.
+		if cerr := c.Close(); cerr != nil && res != nil {
+			res.Errors++
+			res.FirstErr = strings.TrimPrefix(res.FirstErr+"; ", "; ") + "close: " + cerr.Error()
+		}
+	}()
 
 	workers := make([]worker, cl.G)
 	for i := range workers {
