@@ -216,11 +216,16 @@ func TestS04StalledMinority(t *testing.T) {
 		r := newRow(t, "S4 stalled-minority/default-clients", "MUST",
 			"same, go-redis clients as users make them (1s timeouts, no ContextTimeoutEnabled)",
 			"same: the node timeout, not the client's, bounds each call; Close bounded")
-		stalledMinority(t, r, func(o *redis.Options) {
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = time.Second, time.Second, time.Second, 0
-			o.ContextTimeoutEnabled = false
-		})
+		stalledMinority(t, r, defaultClient)
 	})
+}
+
+// defaultClient makes a go-redis client as a user would (redistest's
+// Client defaults): 1 s socket timeouts, context deadlines not applied to
+// socket reads.
+func defaultClient(o *redis.Options) {
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = time.Second, time.Second, time.Second, 0
+	o.ContextTimeoutEnabled = false
 }
 
 func stalledMinority(t *testing.T, r *row, adjust func(*redis.Options)) {
@@ -272,21 +277,26 @@ func stalledMinority(t *testing.T, r *row, adjust func(*redis.Options)) {
 // S5: a majority stalls: nothing is granted, calls are bounded, and after
 // SIGCONT the zombies clear within a TTL. Variant: CLIENT PAUSE WRITE.
 func TestS05StalledMajority(t *testing.T) {
-	for _, mode := range []string{"sigstop", "client-pause-write"} {
+	for _, mode := range []string{"sigstop", "sigstop-default-clients", "client-pause-write"} {
 		t.Run(mode, func(t *testing.T) {
 			fault := "SIGSTOP 3/5 for 1.5s, SIGCONT"
-			if mode != "sigstop" {
+			var adjust func(*redis.Options)
+			switch mode {
+			case "client-pause-write":
 				fault = "CLIENT PAUSE 1500 WRITE on 3/5"
+			case "sigstop-default-clients":
+				fault += "; user-default go-redis clients (1s timeouts)"
+				adjust = defaultClient
 			}
 			r := newRow(t, "S5 stalled-majority/"+mode, "MUST", fault, "0 acquisitions; bounded; recovery<=TTL(+redial)")
 			e := newEnv(t, 5, nil)
-			ms := e.direct()
+			ms := e.mastersWith("", adjust)
 			warm(t, ms, 4)
 			c := e.lockClient(ms)
 			const ttl = 500 * time.Millisecond
 			admin := e.direct()
 			faultAt := time.Now()
-			if mode == "sigstop" {
+			if mode != "client-pause-write" {
 				e.stop(0, 1, 2)
 			} else {
 				for _, i := range []int{0, 1, 2} {
@@ -301,7 +311,7 @@ func TestS05StalledMajority(t *testing.T) {
 			s := l.run(context.Background())
 			// The fault lasts 1.5 s from faultAt; a CLIENT PAUSE runs out by itself.
 			time.Sleep(time.Until(faultAt.Add(1500 * time.Millisecond)))
-			if mode == "sigstop" {
+			if mode != "client-pause-write" {
 				e.cont(0, 1, 2)
 			}
 			healAt := time.Now()
