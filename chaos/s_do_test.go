@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
 )
@@ -262,10 +264,63 @@ func TestS11ClientPause(t *testing.T) {
 
 // S12: Do's watchdog while a majority stalls mid-lock.
 func TestS12WatchdogUnderFaults(t *testing.T) {
-	r := newRow(t, "S12 watchdog-under-faults", "MUST", "Do TTL 1s; SIGSTOP 3/5 at 0.5s",
-		"ctx cancelled (ErrLockLost) by validity end; Do err ErrLockLost; goroutines back")
+	t.Run("suite-clients", func(t *testing.T) {
+		r := newRow(t, "S12 watchdog-under-faults", "MUST", "Do TTL 1s; SIGSTOP 3/5 at 0.5s",
+			"ctx cancelled (ErrLockLost) by validity end; Do err ErrLockLost; goroutines back")
+		watchdogUnderFaults(t, r, nil)
+	})
+	t.Run("default-clients", func(t *testing.T) {
+		r := newRow(t, "S12 watchdog-under-faults/default-clients", "MUST",
+			"same, user-default go-redis clients: a renewal hangs up to 1s", "same, on time although the renewal hangs")
+		watchdogUnderFaults(t, r, defaultClient)
+	})
+	t.Run("close-during-do", func(t *testing.T) {
+		r := newRow(t, "S12 watchdog/close-during-do", "MUST", "Client.Close while Do's fn runs",
+			"fn ctx cancelled (cause ErrClosed); Close waits for Do; lock released")
+		e := newEnv(t, 5, nil)
+		c, err := redlock.New(e.direct(), redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(e.prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := needDo(t, r, c)
+		var cause error
+		var fnEnd, closeAt, closeDone time.Time
+		doDone := make(chan error, 1)
+		held := make(chan struct{})
+		go func() {
+			doDone <- d.Do(context.Background(), "k", time.Second, func(ctx context.Context) error {
+				close(held)
+				select {
+				case <-ctx.Done():
+				case <-time.After(3 * time.Second):
+				}
+				cause = context.Cause(ctx)
+				time.Sleep(20 * time.Millisecond) // fn winds down; Close must wait
+				fnEnd = time.Now()
+				return nil
+			})
+		}()
+		select {
+		case <-held:
+		case <-time.After(3 * time.Second):
+			t.Fatal("Do never ran fn")
+		}
+		closeAt = time.Now()
+		c.Close()
+		closeDone = time.Now()
+		doErr := <-doDone
+		res := e.residual()
+		r.set("close_took", closeDone.Sub(closeAt))
+		r.set("residual_keys", res.Keys)
+		r.must(errors.Is(cause, redlock.ErrClosed), "fn's cause %v, want ErrClosed", cause)
+		r.must(!fnEnd.IsZero() && !closeDone.Before(fnEnd), "Close returned before Do's fn ended")
+		r.must(res.Keys == 0, "%d lock keys left after Close during Do (Do err %v)", res.Keys, doErr)
+	})
+}
+
+func watchdogUnderFaults(t *testing.T, r *row, adjust func(*redis.Options)) {
 	e := newEnv(t, 5, nil)
-	ms := e.direct()
+	ms := e.mastersWith("", adjust)
 	warm(t, ms, 4)
 	before := libGoroutines()
 	c, err := redlock.New(ms, redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(e.prefix))
