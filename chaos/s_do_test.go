@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -474,4 +476,56 @@ func (h *holder) wait(t *testing.T, prefix string, d time.Duration) line {
 			t.Fatalf("no %s from the worker within %v", prefix, d)
 		}
 	}
+}
+
+// S1 with Do: workers take the hot key through Do (watchdog on), each
+// critical section a lost-update increment.
+func TestS01HotKeyDo(t *testing.T) {
+	r := newRow(t, "S1 hot-key/do-32", "MUST", "none; N=5, 32 workers, one key, through Do", "cs=lost=0")
+	e := newEnv(t, 5, nil)
+	c := e.lockClient(e.direct())
+	d := needDo(t, r, c)
+	ledger, counter := &Ledger{}, &Counter{}
+	var mu sync.Mutex
+	var tries, done, notObtained int
+	var other []string
+	deadline := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := 0; i < 1000 && time.Now().Before(deadline); i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				err := d.Do(ctx, "hot", time.Second, func(ctx context.Context) error {
+					start := time.Now()
+					counter.Increment(time.Millisecond)
+					end := time.Now()
+					ledger.Record(Interval{Key: "hot", Holder: fmt.Sprintf("w%d-%d", w, i), Start: start, End: end, ValidUntil: end})
+					return nil
+				}, redlock.WithRetry(redlock.LinearBackoff(5*time.Millisecond)))
+				cancel()
+				mu.Lock()
+				tries++
+				switch {
+				case err == nil:
+					done++
+				case errors.Is(err, redlock.ErrNotObtained):
+					notObtained++
+				default:
+					other = append(other, err.Error())
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	r.set("do_calls", tries)
+	r.set("completed", done)
+	r.set("not_obtained", notObtained)
+	if len(other) > 0 {
+		r.note("other Do errors (%d), e.g. %s", len(other), other[0])
+	}
+	st := safety(r, ledger, counter, nil)
+	mustSafe(r, st, counter)
+	r.must(done >= 10, "only %d Do calls completed", done)
+	r.must(len(other) == 0, "%d Do calls failed otherwise than ErrNotObtained", len(other))
 }
