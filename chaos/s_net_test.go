@@ -213,7 +213,14 @@ func TestS07SlowNetwork(t *testing.T) {
 					r.must(mostly(ok, len(ss)), "obtained %d of %d", ok, len(ss))
 					r.must(p50 <= base+10*time.Millisecond || p50 < L, "p50 %v with 2/5 slow by %v, baseline %v", p50, L, base)
 				case L < nodeTimeout:
-					r.must(mostly(ok, len(ss)), "obtained %d of %d with 3/5 slow by %v < node timeout", ok, len(ss), L)
+					if L <= nodeTimeout/5 {
+						r.must(mostly(ok, len(ss)), "obtained %d of %d with 3/5 slow by %v < node timeout", ok, len(ss), L)
+					} else {
+						// A request that needs a new connection pays the handshake
+						// (HELLO) too: 2 x L = the node timeout. Liveness is then
+						// marginal by construction; the validity check below is not.
+						r.must(3*ok >= 2*len(ss), "obtained %d of %d with 3/5 slow by %v, want >= 2/3", ok, len(ss), L)
+					}
 					r.must(maxValidity <= ttl-L-drift, "validity %v, want <= ttl-L-drift = %v", maxValidity, ttl-L-drift)
 				default:
 					r.must(ok == 0 && notObtained == len(ss), "obtained %d, not obtained %d of %d with 3/5 slower than the node timeout", ok, notObtained, len(ss))
