@@ -1,0 +1,380 @@
+// Command cache-rebuild shows the commonest use of a distributed lock: many
+// replicas of a service find the same cache entries stale at the same moment,
+// and only one of them should do the expensive rebuild of each entry.
+//
+//	go run ./examples/cache-rebuild             # 5 in-process Redis masters, nothing to install
+//	go run ./examples/cache-rebuild -wait 1s    # the others wait for the fresh value
+//	go run ./examples/cache-rebuild -masters h1:6379,h2:6379,h3:6379
+//
+// Each of -workers goroutines (standing for replicas) asks for each of
+// -entries cache entries at the same moment. A worker that finds an entry
+// stale tries the lock "rebuild:<entry>" once. The winner rebuilds the entry
+// (-work of simulated effort), writes the new value and releases the lock.
+// The others serve the stale value at once or, with -wait D, wait up to D
+// for the winner's value, re-reading the cache with jittered pauses. The program prints a table per
+// entry and exits 1 unless every entry was rebuilt exactly once.
+//
+// The lock is an efficiency lock: it makes duplicate rebuilds rare, not
+// impossible. That suits a cache, where a duplicate rebuild only costs time.
+// When a duplicate would do harm, the store itself must refuse a stale writer
+// (a fencing token, a conditional update): see the package doc.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
+)
+
+// config is what the flags set.
+type config struct {
+	masters []string      // real Redis masters; none: start 5 miniredis
+	workers int           // concurrent workers, standing for replicas
+	entries int           // cache entries every worker asks for
+	work    time.Duration // how long one rebuild takes
+	wait    time.Duration // how long a loser waits for the fresh value; 0: not at all
+	ttl     time.Duration // lock TTL: must outlast the rebuild
+}
+
+// retryEvery is about how often a waiting worker re-reads the cache.
+const retryEvery = 50 * time.Millisecond
+
+func main() {
+	var cfg config
+	var masters string
+	flag.StringVar(&masters, "masters", "", "comma-separated `addresses` of real Redis masters (one address: single-instance lock)\n(default: 5 in-process miniredis servers)")
+	flag.IntVar(&cfg.workers, "workers", 50, "concurrent workers, standing for replicas")
+	flag.IntVar(&cfg.entries, "entries", 4, "stale cache entries every worker asks for")
+	flag.DurationVar(&cfg.work, "work", 200*time.Millisecond, "how long one rebuild takes")
+	flag.DurationVar(&cfg.wait, "wait", 0, "how long a worker without the lock waits for the fresh value (0: serve the stale value at once)")
+	flag.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "lock TTL; keep it well above -work")
+	flag.Parse()
+	if masters != "" {
+		cfg.masters = strings.Split(masters, ",")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, cfg, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cache-rebuild:", err)
+		os.Exit(1)
+	}
+}
+
+// run sets up the masters and the lock client, lets every worker ask for
+// every entry at once, prints the table, and returns an error unless every
+// entry was rebuilt exactly once. It closes everything it opened.
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	if cfg.workers < 1 || cfg.entries < 1 || cfg.work < 0 || cfg.wait < 0 {
+		return errors.New("need -workers >= 1, -entries >= 1, -work >= 0 and -wait >= 0")
+	}
+	masters, where, closeMasters, err := connect(ctx, cfg.masters)
+	if err != nil {
+		return err
+	}
+	defer closeMasters() // deferred first, so it runs after locks.Close
+
+	// One Client takes every lock, over all the masters. The prefix keeps
+	// lock keys apart from anything else in those Redis servers: the lock for
+	// entry "product:1" is the key "cache-rebuild:rebuild:product:1".
+	prefix := redlock.WithKeyPrefix("cache-rebuild:")
+	var locks *redlock.Client
+	if len(masters) == 1 {
+		locks, err = redlock.NewSingle(masters[0], prefix)
+	} else {
+		locks, err = redlock.New(masters, prefix) // quorum: len(masters)/2 + 1
+	}
+	if err != nil {
+		return err
+	}
+	defer locks.Close() // waits for the client's goroutines; leaves our redis clients open
+
+	d := &demo{cfg: cfg, locks: locks, out: out, cache: cache{entries: map[string]entry{}}, stats: map[string]*stats{}}
+	var keys []string
+	for i := range cfg.entries {
+		key := fmt.Sprintf("product:%d", i+1)
+		keys = append(keys, key)
+		d.cache.put(key, entry{value: "v1 (stale)"})
+		d.stats[key] = &stats{}
+	}
+
+	fmt.Fprintf(out, "%s; %d workers each ask for %d stale entries at once; a rebuild takes %v; lock TTL %v; ",
+		where, cfg.workers, cfg.entries, cfg.work, cfg.ttl)
+	if cfg.wait > 0 {
+		fmt.Fprintf(out, "workers without the lock wait up to %v\n\n", cfg.wait)
+	} else {
+		fmt.Fprintf(out, "workers without the lock serve the stale value\n\n")
+	}
+
+	// Start every request together: the thundering herd a lock is for.
+	began := time.Now()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var errsMu sync.Mutex
+	var errs []error
+	for w := range cfg.workers {
+		for _, key := range keys {
+			wg.Go(func() {
+				<-start
+				if err := d.serve(ctx, w+1, key); err != nil {
+					errsMu.Lock()
+					errs = append(errs, fmt.Errorf("worker %d, %s: %w", w+1, key, err))
+					errsMu.Unlock()
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return context.Cause(ctx) // interrupted: the table would mean nothing
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return d.report(keys, time.Since(began))
+}
+
+// connect returns a client per master and a func that closes them. With no
+// addresses it first starts 5 in-process Redis servers (miniredis), which the
+// func stops too.
+func connect(ctx context.Context, addrs []string) ([]redis.UniversalClient, string, func(), error) {
+	var servers []*miniredis.Miniredis
+	var masters []redis.UniversalClient
+	closeAll := func() {
+		for _, m := range masters {
+			m.Close()
+		}
+		for _, s := range servers {
+			s.Close()
+		}
+	}
+	where := fmt.Sprintf("%d Redis masters %s", len(addrs), strings.Join(addrs, ","))
+	if len(addrs) == 1 {
+		where = "1 Redis master " + addrs[0] + " (single-instance lock)"
+	}
+	if len(addrs) == 0 {
+		for range 5 {
+			s, err := miniredis.Run()
+			if err != nil {
+				closeAll()
+				return nil, "", nil, err
+			}
+			servers = append(servers, s)
+			addrs = append(addrs, s.Addr())
+		}
+		where = "5 in-process Redis masters (miniredis)"
+	}
+	for _, a := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(a)})
+		masters = append(masters, rdb)
+		// Fail early and plainly on a wrong address, rather than with every
+		// lock "not obtained" later.
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			closeAll()
+			return nil, "", nil, fmt.Errorf("master %s: %w", a, err)
+		}
+	}
+	return masters, where, closeAll, nil
+}
+
+// demo is the shared state of one run.
+type demo struct {
+	cfg   config
+	locks *redlock.Client
+	cache cache
+	stats map[string]*stats // one per entry; the map is read-only once workers start
+
+	outMu sync.Mutex // workers print from many goroutines
+	out   io.Writer
+}
+
+// serve is one worker's request for one entry: the pattern this example is
+// about. It returns an error only for what contention cannot explain.
+func (d *demo) serve(ctx context.Context, worker int, key string) error {
+	st := d.stats[key]
+	if d.cache.get(key).fresh {
+		st.fresh.Add(1) // someone already rebuilt it: no lock needed
+		return nil
+	}
+
+	// Try the lock once: most workers lose, and should not queue up for it.
+	st.tried.Add(1)
+	lock, err := d.locks.Obtain(ctx, "rebuild:"+key, d.cfg.ttl)
+	switch {
+	case errors.Is(err, redlock.ErrNotObtained):
+		// Another worker holds it (or too few masters answered: the error
+		// says, master by master). Serve what the cache has, at once or
+		// after waiting for the winner's value.
+		st.once.Do(func() { st.firstErr = err })
+		if d.cfg.wait > 0 {
+			st.waited.Add(1)
+			d.awaitFresh(ctx, key)
+		}
+		if d.cache.get(key).fresh {
+			st.fresh.Add(1)
+		} else {
+			st.stale.Add(1)
+		}
+		return nil
+	case err != nil:
+		return err // invalid arguments or a closed client: a bug, not contention
+	}
+	defer d.release(ctx, worker, lock)
+
+	// Check again under the lock: another worker may have rebuilt the entry
+	// and released its lock since we first looked.
+	if d.cache.get(key).fresh {
+		st.fresh.Add(1)
+		return nil
+	}
+
+	// The expensive part: a slow query, a render, a call to another service.
+	if err := sleep(ctx, d.cfg.work); err != nil {
+		return err
+	}
+
+	// Write only while the lock is still ours. If the rebuild outlasted the
+	// lock's validity, another worker may now hold it and be rebuilding too.
+	// The check narrows that window, it cannot close it: the store would have
+	// to check a fencing token for that.
+	if lock.Validity() == 0 {
+		st.discarded.Add(1)
+		d.printf("%s: worker %d's lock lapsed during the rebuild; its new value is discarded\n", key, worker)
+		return nil
+	}
+	d.cache.put(key, entry{value: fmt.Sprintf("v2 (rebuilt by worker %d)", worker), fresh: true})
+	st.rebuilt.Add(1)
+	return nil
+}
+
+// awaitFresh waits, up to -wait, until the entry is fresh. It re-reads the
+// cache about every retryEvery, jittered so that the waiters do not all hit
+// the store at once.
+//
+// Obtain could retry the lock instead (redlock.WithRetry with
+// redlock.LinearBackoff, bounded by a context deadline), but a waiter wants
+// the value, not the lock: taking the lock in turn, 49 times, only to read
+// the cache would serialise the readers. If the rebuilder dies, its lock
+// expires after the TTL and the next request that finds the entry stale
+// rebuilds it.
+func (d *demo) awaitFresh(ctx context.Context, key string) {
+	deadline := time.Now().Add(d.cfg.wait)
+	for !d.cache.get(key).fresh {
+		pause := min(retryEvery/2+rand.N(retryEvery), time.Until(deadline))
+		if pause <= 0 || sleep(ctx, pause) != nil {
+			return
+		}
+	}
+}
+
+// release gives the lock back as soon as the work is done, so waiting
+// workers need not sit out the TTL.
+func (d *demo) release(ctx context.Context, worker int, lock *redlock.Lock) {
+	// Release even when ctx was cancelled (Ctrl-C): a lock left behind holds
+	// everyone else off until its TTL runs out.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	err := lock.Release(rctx)
+	switch {
+	case errors.Is(err, redlock.ErrLockLost):
+		d.printf("%s: worker %d's lock had lapsed before release; another worker may have rebuilt it too\n", lock.Key(), worker)
+	case err != nil:
+		d.printf("%s: worker %d could not release its lock (it expires with its TTL): %v\n", lock.Key(), worker, err)
+	}
+}
+
+// report prints the table and says whether every entry was rebuilt exactly
+// once.
+func (d *demo) report(keys []string, took time.Duration) error {
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "entry\ttried lock\trebuilt\tdiscarded\tserved stale\tserved fresh\twaited\tvalue now")
+	var bad []string
+	for _, key := range keys {
+		st := d.stats[key]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", key, st.tried.Load(), st.rebuilt.Load(),
+			st.discarded.Load(), st.stale.Load(), st.fresh.Load(), st.waited.Load(), d.cache.get(key).value)
+		if st.rebuilt.Load() != 1 || st.discarded.Load() != 0 {
+			why := fmt.Sprintf("%s rebuilt %d times, %d more rebuilds discarded", key, st.rebuilt.Load(), st.discarded.Load())
+			if st.rebuilt.Load() == 0 && st.firstErr != nil {
+				why += "; a worker was told: " + st.firstErr.Error()
+			}
+			bad = append(bad, why)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(d.out, "\n%d requests in %v. ", d.cfg.workers*len(keys), took.Round(time.Millisecond))
+	if len(bad) > 0 {
+		fmt.Fprintf(d.out, "NOT every entry was rebuilt exactly once:\n  %s\n", strings.Join(bad, "\n  "))
+		return errors.New("not every entry was rebuilt exactly once")
+	}
+	fmt.Fprintf(d.out, "Every entry was rebuilt exactly once.\n")
+	return nil
+}
+
+func (d *demo) printf(format string, args ...any) {
+	d.outMu.Lock()
+	defer d.outMu.Unlock()
+	fmt.Fprintf(d.out, format, args...)
+}
+
+// stats counts what happened to one entry's requests. Each request ends in
+// exactly one of rebuilt, discarded, served stale or served fresh.
+type stats struct {
+	tried, rebuilt, discarded, stale, fresh, waited atomic.Int64
+
+	once     sync.Once
+	firstErr error // the first ErrNotObtained, shown if nobody rebuilt the entry
+}
+
+// cache stands for the shared cache store (Memcached, a Redis used as a
+// cache, ...) that every replica reads and writes.
+type cache struct {
+	mu      sync.Mutex
+	entries map[string]entry
+}
+
+type entry struct {
+	value string
+	fresh bool
+}
+
+func (c *cache) get(key string) entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[key]
+}
+
+func (c *cache) put(key string, e entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries[key] = e
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
