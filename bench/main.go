@@ -35,6 +35,7 @@ type options struct {
 	noCeiling  bool
 	cpuprofile string
 	memprofile string
+	hold       time.Duration
 	hotKeys    int
 	masters    []int
 	goroutines []int
@@ -54,6 +55,7 @@ func main() {
 	flag.IntVar(&o.rbRequests, "rb-requests", 0, "requests per redis-benchmark command (default: 300k per second of -duration, at least 100k)")
 	flag.BoolVar(&o.noCeiling, "no-redis-benchmark", false, "skip the redis-benchmark ceiling")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (narrow it with -cells and -contenders)")
+	flag.DurationVar(&o.hold, "hold", -1, "in contended cells, how long a holder keeps the lock, so overlaps can be seen (default 0, or 100µs with -smoke)")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile (pprof allocs, sampled) of the whole run to this file")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -71,7 +73,11 @@ func main() {
 		if o.rbRequests == 0 {
 			o.rbRequests = 100_000
 		}
+		if o.hold < 0 {
+			o.hold = 100 * time.Microsecond
+		}
 	}
+	o.hold = max(o.hold, 0)
 	if o.warmup < 0 {
 		o.warmup = min(o.duration/5, time.Second)
 	}
@@ -227,7 +233,7 @@ func run(ctx context.Context, o options) (int, error) {
 		}
 	}
 
-	cfg := runConfig{Duration: o.duration, Warmup: o.warmup, TTL: o.ttl, PoolSize: o.poolSize}
+	cfg := runConfig{Duration: o.duration, Warmup: o.warmup, TTL: o.ttl, PoolSize: o.poolSize, Hold: o.hold}
 	runID := randomID()
 	for _, cl := range cells {
 		var here []contender

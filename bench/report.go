@@ -34,6 +34,7 @@ type meta struct {
 	Repeats      int    `json:"repeats"`
 	TTL          string `json:"ttl"`
 	PoolSize     int    `json:"go_redis_pool_size"` // 0: go-redis default
+	Hold         string `json:"hold_contended"`
 	Smoke        bool   `json:"smoke"`
 	Args         string `json:"args"`
 }
@@ -94,8 +95,8 @@ func writeMarkdown(w io.Writer, r *report) error {
 	var b strings.Builder
 	m := r.Meta
 	fmt.Fprintf(&b, "# redlock benchmark\n\n")
-	fmt.Fprintf(&b, "%s on %s (%s, %d CPUs, %s memory, Linux %s), %s, redis-server %s. Load average %s before the run, %s after. Each contender ran %s per cell after a %s warmup, %d repeat(s), contenders back to back in alternating order; TTL %s; go-redis PoolSize %s.",
-		m.Date, m.Host, m.CPU, m.CPUs, m.Memory, m.Kernel, m.GoVersion, m.RedisVersion, m.LoadBefore, m.LoadAfter, m.Duration, m.Warmup, m.Repeats, m.TTL, poolSizeText(m.PoolSize))
+	fmt.Fprintf(&b, "%s on %s (%s, %d CPUs, %s memory, Linux %s), %s, redis-server %s. Load average %s before the run, %s after. Each contender ran %s per cell after a %s warmup, %d repeat(s), contenders back to back in alternating order; TTL %s; go-redis PoolSize %s; contended holders hold for %s.",
+		m.Date, m.Host, m.CPU, m.CPUs, m.Memory, m.Kernel, m.GoVersion, m.RedisVersion, m.LoadBefore, m.LoadAfter, m.Duration, m.Warmup, m.Repeats, m.TTL, poolSizeText(m.PoolSize), m.Hold)
 	if m.Smoke {
 		b.WriteString(" **Smoke run: the figures are not measurements.**")
 	}

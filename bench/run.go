@@ -39,7 +39,8 @@ type runConfig struct {
 	Duration time.Duration
 	Warmup   time.Duration
 	TTL      time.Duration
-	PoolSize int // go-redis PoolSize for every contender; 0 keeps go-redis's default
+	PoolSize int           // go-redis PoolSize for every contender; 0 keeps go-redis's default
+	Hold     time.Duration // in contended cells, how long a holder keeps the lock before releasing it
 }
 
 // runResult is one contender's measurement in one cell and repeat.
@@ -150,6 +151,12 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 					if hk >= 0 {
 						if holders[hk].Add(1) != 1 {
 							st.overlaps++
+						}
+						// Without a hold the window between the two counter
+						// updates is a few nanoseconds, too short to catch
+						// two holders granted at nearly the same time.
+						if cfg.Hold > 0 {
+							time.Sleep(cfg.Hold)
 						}
 						holders[hk].Add(-1)
 					}
