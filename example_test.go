@@ -144,3 +144,43 @@ func ExampleLock_Extend() {
 	// Output:
 	// extended; valid for more than 50s: true
 }
+
+// Do runs the work while a watchdog renews the lock, and tells the work
+// through its context the moment the lock can no longer be trusted.
+func ExampleClient_Do() {
+	rdbs, stop := masters(3)
+	defer stop()
+	locker, _ := redlock.New(rdbs, redlock.WithKeyPrefix("lock:"))
+	defer locker.Close()
+
+	err := locker.Do(context.Background(), "nightly-billing", 300*time.Millisecond, func(ctx context.Context) error {
+		for batch := range 5 { // longer than the TTL: the watchdog renews
+			select {
+			case <-ctx.Done():
+				// Lost the lock (context.Cause(ctx) matches ErrLockLost):
+				// stop before writing anything more.
+				return context.Cause(ctx)
+			case <-time.After(100 * time.Millisecond):
+				fmt.Println("billed batch", batch)
+			}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, redlock.ErrNotObtained):
+		fmt.Println("another replica runs the billing")
+	case errors.Is(err, redlock.ErrLockLost):
+		fmt.Println("lost the lock midway: the batches after the loss were not billed")
+	case err != nil:
+		fmt.Println("billing failed:", err)
+	default:
+		fmt.Println("done")
+	}
+	// Output:
+	// billed batch 0
+	// billed batch 1
+	// billed batch 2
+	// billed batch 3
+	// billed batch 4
+	// done
+}

@@ -16,6 +16,8 @@ type Lock struct {
 	key   string // as the caller named it
 	full  string // with the client's prefix: the key in Redis
 	token string
+	// obtained is when the winning attempt started, for WithMaxHold.
+	obtained time.Time
 
 	mu    sync.Mutex    // serialises Extend and Release
 	ttl   time.Duration // of the last Obtain or Extend; guarded by mu
@@ -54,11 +56,17 @@ func (l *Lock) Validity() time.Duration {
 // match ErrLockLost: the lock is still ours until Validity runs out, and
 // Extend may be tried again.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	c := l.c
-	ttl, err := c.check(ctx, l.key, ttl)
+	ttl, err := l.c.check(ctx, l.key, ttl)
 	if err != nil {
 		return err
 	}
+	return l.extend(ctx, ttl)
+}
+
+// extend is Extend after validation; the watchdog calls it while the
+// client closes.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
+	c := l.c
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.Validity() == 0 {
@@ -91,13 +99,18 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // with each master's answer, and the keys left expire with their TTL.
 // Validity is 0 after Release, whatever it returns.
 func (l *Lock) Release(ctx context.Context) error {
-	c := l.c
 	if ctx == nil {
 		return invalid("nil context")
 	}
-	if c.closed.Load() {
+	if l.c.closed.Load() {
 		return ErrClosed
 	}
+	return l.release(ctx)
+}
+
+// release is Release after validation; Do calls it while the client closes.
+func (l *Lock) release(ctx context.Context) error {
+	c := l.c
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.until.Store(0)

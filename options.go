@@ -67,13 +67,7 @@ func WithKeyPrefix(p string) Option { return keyPrefix(p) }
 
 type nodeTimeout time.Duration
 
-func (d nodeTimeout) apply(c *config) {
-	if d <= 0 {
-		c.nodeTimeout = -1 // rejected by check; 0 would mean the default
-		return
-	}
-	c.nodeTimeout = time.Duration(d)
-}
+func (d nodeTimeout) apply(c *config) { c.nodeTimeout = positive(time.Duration(d)) }
 
 // WithNodeTimeout bounds one request to one master. Default ttl/10, at most
 // 500ms; must be > 0. Keep it well under the TTL: a request that times out on
@@ -84,7 +78,20 @@ func WithNodeTimeout(d time.Duration) Option { return nodeTimeout(d) }
 type ObtainOption interface{ applyObtain(*obtainConfig) }
 
 type obtainConfig struct {
-	retry RetryStrategy
+	retry      RetryStrategy
+	renewEvery time.Duration // 0: ttl/3
+	maxHold    time.Duration // 0: no cap
+}
+
+// checkWatchdog validates the options of Do and KeepAlive for a lock of ttl.
+func (c *obtainConfig) checkWatchdog(ttl time.Duration) error {
+	if c.renewEvery < 0 || c.renewEvery >= ttl {
+		return invalid("renewal interval must be in (0, ttl %v), got %v", ttl, c.renewEvery)
+	}
+	if c.maxHold < 0 {
+		return invalid("max hold time must be > 0, got %v", c.maxHold)
+	}
+	return nil
 }
 
 type withRetry struct{ s RetryStrategy }
@@ -94,3 +101,31 @@ func (w withRetry) applyObtain(c *obtainConfig) { c.retry = w.s }
 // WithRetry sets how Obtain retries after a failed attempt. Default
 // [NoRetry]: one attempt. Retries never outlast the context's deadline.
 func WithRetry(s RetryStrategy) ObtainOption { return withRetry{s} }
+
+type renewEvery time.Duration
+
+func (d renewEvery) applyObtain(c *obtainConfig) { c.renewEvery = positive(time.Duration(d)) }
+
+// WithRenewEvery sets how often [Client.Do] and [Lock.KeepAlive] renew the
+// lock. Default ttl/3; must be > 0 and below the TTL. After a failed renewal
+// the watchdog retries sooner, until the validity runs out. Obtain ignores it.
+func WithRenewEvery(d time.Duration) ObtainOption { return renewEvery(d) }
+
+type maxHold time.Duration
+
+func (d maxHold) applyObtain(c *obtainConfig) { c.maxHold = positive(time.Duration(d)) }
+
+// WithMaxHold caps the total time [Client.Do] and [Lock.KeepAlive] keep a
+// lock: once d has passed since the lock was obtained, renewals stop and the
+// work context is cancelled with a cause matching [ErrLockLost], so a stuck
+// worker cannot hold a lock forever (the Redis documentation's liveness
+// advice). Default: no cap; must be > 0. Obtain ignores it.
+func WithMaxHold(d time.Duration) ObtainOption { return maxHold(d) }
+
+// positive maps d <= 0 to -1, which the checks reject (0 means "default").
+func positive(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}

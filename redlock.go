@@ -34,9 +34,13 @@ type Client struct {
 	nodes  []*node
 	quorum int
 	cfg    config
-	epoch  time.Time // the monotonic origin of every Lock's validity
-	wg     sync.WaitGroup
-	closed atomic.Bool
+	epoch  time.Time      // the monotonic origin of every Lock's validity
+	wg     sync.WaitGroup // the nodes' workers
+
+	closed  atomic.Bool
+	mu      sync.Mutex     // orders Do's entry against Close
+	dos     sync.WaitGroup // running Do calls and KeepAlive watchdogs
+	closing chan struct{}  // closed when Close starts
 }
 
 // New returns a Client for the Redlock algorithm over N independent masters:
@@ -73,21 +77,29 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now()}
+	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{})}
 	for i, m := range masters {
 		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.wg))
 	}
 	return c, nil
 }
 
-// Close stops the client's goroutines once the requests still in flight
-// have finished or timed out, and returns when they have. It never closes
-// the masters' clients. Calls after Close fail with [ErrClosed]; Close is
-// idempotent.
+// Close stops the client. Calls made after Close starts fail with
+// [ErrClosed]. Running [Client.Do] calls and [Lock.KeepAlive] watchdogs see
+// their work context cancelled with a cause matching ErrClosed; Close waits
+// for each Do's fn to return and its lock to be released, then for the
+// requests still in flight to finish or time out, and returns when every
+// goroutine of the client has ended. It never closes the masters' clients.
+// Close is idempotent.
 func (c *Client) Close() error {
+	c.mu.Lock()
 	if c.closed.Swap(true) {
+		c.mu.Unlock()
 		return nil
 	}
+	close(c.closing)
+	c.mu.Unlock()
+	c.dos.Wait()
 	for _, n := range c.nodes {
 		n.close()
 	}
@@ -114,19 +126,29 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if err != nil {
 		return nil, err
 	}
+	oc, err := obtainOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.obtain(ctx, key, ttl, oc)
+}
+
+func obtainOptions(opts []ObtainOption) (obtainConfig, error) {
 	oc := obtainConfig{retry: NoRetry()}
 	for _, o := range opts {
 		if o == nil {
-			return nil, invalid("nil obtain option")
+			return oc, invalid("nil obtain option")
 		}
 		o.applyObtain(&oc)
 	}
 	if oc.retry == nil {
-		return nil, invalid("nil retry strategy")
+		return oc, invalid("nil retry strategy")
 	}
-	if err := oc.retry.check(); err != nil {
-		return nil, err
-	}
+	return oc, oc.retry.check()
+}
+
+// obtain is Obtain after validation.
+func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (*Lock, error) {
 	var timer *time.Timer
 	for n := 1; ; n++ {
 		lock, err := c.attempt(ctx, key, ttl)
@@ -200,7 +222,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	if out.ok >= c.quorum {
 		until := start.Add(ttl - c.cfg.drift(ttl))
 		if time.Now().Before(until) {
-			l := &Lock{c: c, key: key, full: full, token: token, ttl: ttl}
+			l := &Lock{c: c, key: key, full: full, token: token, ttl: ttl, obtained: start}
 			l.until.Store(int64(until.Sub(c.epoch)))
 			return l, nil
 		}

@@ -1,0 +1,230 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Do obtains the lock on key (retrying per opts), runs fn while a watchdog
+// renews the lock, and releases it when fn returns, also when fn panics
+// (then Do panics again with the same value).
+//
+// fn's context is cancelled, with a [context.Cause] matching [ErrLockLost],
+// the moment the lock can no longer be trusted: a renewal is refused
+// (another owner, or our token gone from more than N - quorum masters), or
+// renewals keep failing until the validity runs out. That cancellation
+// happens on time even while a renewal hangs on a frozen master. fn should
+// stop its work when its context is done, and check it before any write
+// that must not overlap with another holder (and fence that write when
+// correctness matters: a pause between the check and the write is not
+// covered).
+//
+// The lock is renewed every ttl/3 ([WithRenewEvery] changes it), sooner
+// after a failed renewal. Renewals of many locks held by one Client that
+// fall due together share one pipeline per master. [WithMaxHold] caps the
+// total hold time.
+//
+// Do returns fn's error. When the lock was lost while fn ran, or Release
+// found it lost, the error also matches ErrLockLost. If the lock is not
+// obtained, fn is not called and the error matches [ErrNotObtained]. When
+// [Client.Close] runs during Do, fn's context is cancelled with a cause
+// matching [ErrClosed] and Close waits for Do to finish. No goroutine of Do
+// outlives it.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) (err error) {
+	ttl, err = c.check(ctx, key, ttl)
+	if err != nil {
+		return err
+	}
+	if fn == nil {
+		return invalid("nil fn")
+	}
+	oc, err := obtainOptions(opts)
+	if err != nil {
+		return err
+	}
+	if err := oc.checkWatchdog(ttl); err != nil {
+		return err
+	}
+	if !c.enter() {
+		return ErrClosed
+	}
+	defer c.dos.Done()
+	lock, err := c.obtain(ctx, key, ttl, oc)
+	if err != nil {
+		return err
+	}
+	wctx, stop := lock.keepAlive(ctx, oc, nil)
+	defer func() {
+		p := recover()
+		stop()
+		// Release even when ctx is done; it is bounded by the node timeout.
+		rerr := lock.release(context.WithoutCancel(ctx))
+		if cause := context.Cause(wctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
+			err = join(err, cause)
+		} else if errors.Is(rerr, ErrLockLost) {
+			// A release that merely failed to reach the masters is not
+			// reported: fn succeeded and the keys expire with their TTL.
+			err = join(err, rerr)
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
+	return fn(wctx)
+}
+
+func join(err, also error) error {
+	if err == nil || errors.Is(err, also) {
+		return also
+	}
+	return fmt.Errorf("%w (%w)", err, also)
+}
+
+// KeepAlive renews l in the background until stop is called, and returns a
+// context derived from ctx that is cancelled, with a [context.Cause]
+// matching [ErrLockLost], the moment the lock can no longer be trusted (see
+// [Client.Do]). It takes [WithRenewEvery] and [WithMaxHold]. stop ends the
+// renewals and returns once the watchdog's goroutine has ended; it does not
+// release the lock, cancels the returned context, and is safe to call more
+// than once. [Client.Close] ends the watchdog too (the context's cause then
+// matches [ErrClosed]). Options that are not
+// valid return an error matching [ErrInvalidArgument].
+func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Context, func(), error) {
+	if ctx == nil {
+		return nil, nil, invalid("nil context")
+	}
+	oc, err := obtainOptions(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	if err := oc.checkWatchdog(ttl); err != nil {
+		return nil, nil, err
+	}
+	if !l.c.enter() {
+		return nil, nil, ErrClosed
+	}
+	wctx, stop := l.keepAlive(ctx, oc, l.c.dos.Done)
+	var once sync.Once
+	return wctx, func() { once.Do(stop) }, nil
+}
+
+// enter registers a Do or a watchdog, unless the client is closing.
+func (c *Client) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	c.dos.Add(1)
+	return true
+}
+
+// A watchdog renews one lock and cancels its work context when the lock can
+// no longer be trusted.
+type watchdog struct {
+	l       *Lock
+	ttl     time.Duration
+	every   time.Duration
+	maxHold time.Duration
+	lost    context.CancelCauseFunc
+	base    context.Context // cancelled by stop: aborts a renewal in flight
+	abort   context.CancelFunc
+	done    chan struct{}
+}
+
+// keepAlive starts a watchdog for l; exit, if not nil, runs when its
+// goroutine ends.
+func (l *Lock) keepAlive(ctx context.Context, oc obtainConfig, exit func()) (context.Context, func()) {
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	wctx, lost := context.WithCancelCause(ctx)
+	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, lost: lost, done: make(chan struct{})}
+	if w.every == 0 {
+		w.every = ttl / 3
+	}
+	w.base, w.abort = context.WithCancel(context.Background())
+	go func() {
+		if exit != nil {
+			defer exit()
+		}
+		w.run(wctx.Done())
+	}()
+	return wctx, func() {
+		w.abort()
+		<-w.done
+		lost(context.Canceled) // releases wctx's resources; a no-op if already cancelled
+	}
+}
+
+// run renews until stop is called, the work context ends, or the lock can
+// no longer be trusted.
+func (w *watchdog) run(workDone <-chan struct{}) {
+	defer close(w.done)
+	l, c := w.l, w.l.c
+	t := time.NewTimer(w.next(w.every))
+	defer t.Stop()
+	var capped <-chan time.Time
+	if w.maxHold > 0 {
+		ct := time.NewTimer(time.Until(l.obtained.Add(w.maxHold)))
+		defer ct.Stop()
+		capped = ct.C
+	}
+	for {
+		select {
+		case <-w.base.Done():
+			return
+		case <-workDone:
+			return
+		case <-c.closing:
+			w.lost(fmt.Errorf("%w: Close called while the lock was held", ErrClosed))
+			return
+		case <-capped:
+			w.lost(fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
+			return
+		case <-t.C:
+		}
+		v := l.Validity()
+		if v == 0 {
+			w.lost(fmt.Errorf("%w: renewals failed until the validity ran out", ErrLockLost))
+			return
+		}
+		// The renewal may not outlast the validity: if it hangs, the work
+		// is told at the validity's end, not when the renewal gives up.
+		rctx, cancel := context.WithTimeout(w.base, v)
+		err := l.extend(rctx, w.ttl)
+		cancel()
+		switch {
+		case err == nil:
+			t.Reset(w.next(w.every))
+		case errors.Is(err, ErrLockLost):
+			w.lost(err)
+			return
+		case l.Validity() == 0:
+			w.lost(fmt.Errorf("%w: renewals failed until the validity ran out: %w", ErrLockLost, err))
+			return
+		default:
+			// Masters did not answer: retry sooner, and wake at the
+			// validity's end at the latest.
+			t.Reset(min(w.every/4+time.Millisecond, l.Validity()))
+		}
+	}
+}
+
+// next returns the wait before a renewal due in d, rounded down to a grid
+// shared by every lock of the client, so renewals due at about the same time
+// go out together and share one pipeline per master.
+func (w *watchdog) next(d time.Duration) time.Duration {
+	grid := min(d/8, 50*time.Millisecond)
+	if grid <= 0 {
+		return d
+	}
+	at := time.Since(w.l.c.epoch) + d
+	return max(d-grid, at/grid*grid-time.Since(w.l.c.epoch))
+}
