@@ -41,8 +41,8 @@ func needDo(t *testing.T, r *row, c *redlock.Client) doer {
 func needFencing(t *testing.T, r *row) {
 	t.Helper()
 	if withFencing == nil {
-		r.note("needs WithFencing/Lock.Fence: build with -tags chaos_fencing once the library has them")
-		t.Skip("needs redlock.WithFencing (DESIGN.md), not in the library yet: build with -tags chaos_fencing")
+		r.note("needs WithFencing/Lock.Fence")
+		t.Skip("needs redlock.WithFencing (DESIGN.md)")
 	}
 }
 
