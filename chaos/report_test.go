@@ -47,13 +47,7 @@ func newRow(t *testing.T, scenario, kind, fault, expected string) *row {
 		// Runs after the scenario's own cleanups: every Client is closed, so
 		// none of the library's goroutines may be left.
 		if !t.Skipped() && !r.sharedEnv {
-			left := 0
-			for range 20 { // a goroutine that is exiting may need a moment
-				if left = libGoroutines(); left == 0 {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			left := libGoroutinesAtMost(0)
 			r.set("lib_goroutines_left", left)
 			r.must(left == 0, "%d library goroutines left after every Client was closed", left)
 		}
