@@ -202,6 +202,7 @@ func run(ctx context.Context, o options) (int, error) {
 		Repeats:    o.repeats,
 		TTL:        o.ttl.String(),
 		PoolSize:   o.poolSize,
+		Hold:       o.hold.String(),
 		Smoke:      o.smoke,
 		Args:       strings.Join(os.Args[1:], " "),
 	}}

@@ -95,8 +95,8 @@ func writeMarkdown(w io.Writer, r *report) error {
 	var b strings.Builder
 	m := r.Meta
 	fmt.Fprintf(&b, "# redlock benchmark\n\n")
-	fmt.Fprintf(&b, "%s on %s (%s, %d CPUs, %s memory, Linux %s), %s, redis-server %s. Load average %s before the run, %s after. Each contender ran %s per cell after a %s warmup, %d repeat(s), contenders back to back in alternating order; TTL %s; go-redis PoolSize %s; contended holders hold for %s.",
-		m.Date, m.Host, m.CPU, m.CPUs, m.Memory, m.Kernel, m.GoVersion, m.RedisVersion, m.LoadBefore, m.LoadAfter, m.Duration, m.Warmup, m.Repeats, m.TTL, poolSizeText(m.PoolSize), m.Hold)
+	fmt.Fprintf(&b, "%s on %s (%s, %d CPUs, %s memory, Linux %s), %s, redis-server %s. Load average %s before the run, %s after. Each contender ran %s per cell after a %s warmup, %d repeat(s), contenders back to back in alternating order; TTL %s; go-redis PoolSize %s; %s.",
+		m.Date, m.Host, m.CPU, m.CPUs, m.Memory, m.Kernel, m.GoVersion, m.RedisVersion, m.LoadBefore, m.LoadAfter, m.Duration, m.Warmup, m.Repeats, m.TTL, poolSizeText(m.PoolSize), holdText(m.Hold))
 	if m.Smoke {
 		b.WriteString(" **Smoke run: the figures are not measurements.**")
 	}
@@ -187,6 +187,13 @@ func writeMarkdown(w io.Writer, r *report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func holdText(h string) string {
+	if h == "" || h == "0s" {
+		return "contended holders release at once"
+	}
+	return "contended holders hold for " + h
 }
 
 func poolSizeText(n int) string {
