@@ -236,6 +236,20 @@ func run(ctx context.Context, o options) (int, error) {
 
 	cfg := runConfig{Duration: o.duration, Warmup: o.warmup, TTL: o.ttl, PoolSize: o.poolSize, Hold: o.hold}
 	runID := randomID()
+	// The first measured run of a process came out slow (a cold heap, page
+	// faults, fresh servers), and each cell's own warmup did not cure it; so
+	// every contender first runs the first cell once, unmeasured.
+	first := cells[0]
+	for _, c := range cs {
+		if !c.Supports(first.N) {
+			continue
+		}
+		wcfg := cfg
+		wcfg.Duration, wcfg.Warmup = max(o.warmup, 500*time.Millisecond), 0
+		if _, err := runOne(ctx, ms, c, first, wcfg, runID+":warm"); err != nil {
+			return 1, fmt.Errorf("warming up %s: %w", c.Name(), err)
+		}
+	}
 	for _, cl := range cells {
 		var here []contender
 		for _, c := range cs {
