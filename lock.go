@@ -15,7 +15,9 @@ type Lock struct {
 	c     *Client
 	key   string // as the caller named it
 	full  string // with the client's prefix: the key in Redis
+	ckey  string // the fence counter; "" without fencing
 	token string
+	fence int64
 	// obtained is when the winning attempt started, for WithMaxHold.
 	obtained time.Time
 
@@ -31,6 +33,15 @@ func (l *Lock) Key() string { return l.key }
 // Token returns the lock's owner identity, 128 random bits from crypto/rand
 // encoded in URL-safe base64: the value the lock key holds on each master.
 func (l *Lock) Token() string { return l.token }
+
+// Fence returns the lock's fencing token, with [WithFencing]; 0 without it.
+// Under Redlock's assumptions (no master loses its data, every holder
+// finishes within its validity) each new holder of a key gets a fence
+// strictly greater than every earlier holder's, also while a minority of
+// masters is down, slow or frozen. Pass it to the resource with every write
+// and let the resource refuse a fence lower than one it has seen (see
+// [FencedWrite]).
+func (l *Lock) Fence() int64 { return l.fence }
 
 // Validity returns how long the lock is still held for sure: its TTL minus
 // the time the last Obtain or Extend took minus the drift allowance, counted
@@ -73,7 +84,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
 	}
 	start := time.Now()
-	out := c.fanout(ctx, opExtend, l.full, l.token, ttl, c.cfg.timeout(ttl))
+	out := c.fanout(ctx, request{kind: opExtend, key: l.full, ckey: l.ckey, token: l.token, ttlMs: ttl.Milliseconds(), fence: l.fence}, c.cfg.timeout(ttl))
 	if out.ok >= c.quorum {
 		until := start.Add(ttl - c.cfg.drift(ttl))
 		if time.Now().Before(until) {
@@ -114,7 +125,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.until.Store(0)
-	out := c.fanout(ctx, opRelease, l.full, l.token, 0, c.cfg.timeout(l.ttl))
+	out := c.fanout(ctx, request{kind: opRelease, key: l.full, token: l.token}, c.cfg.timeout(l.ttl))
 	if out.ok >= c.quorum {
 		return nil
 	}

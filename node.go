@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,17 +35,21 @@ const lanesPerNode = 2
 type opKind uint8
 
 const (
-	opAcquire opKind = iota // SET key token NX PX ttl
-	opExtend                // extendScript
-	opRelease               // releaseScript
+	opAcquire       opKind = iota // SET key token NX PX ttl
+	opAcquireFenced               // acquireFencedScript
+	opRaise                       // raiseScript
+	opExtend                      // extendScript, or extendFencedScript with a counter
+	opRelease                     // releaseScript
 )
 
 // A request is one operation on one master.
 type request struct {
 	kind     opKind
 	key      string
+	ckey     string // the fence counter; "" without fencing
 	token    string
 	ttlMs    int64
+	fence    int64
 	deadline time.Time       // when the node timeout ends, or the caller's deadline if sooner
 	done     <-chan struct{} // the caller's context; a request it ends before sending is dropped
 	rd       *round          // where the reply goes; nil when nobody waits for it
@@ -61,49 +66,64 @@ type round struct {
 
 type reply struct {
 	idx int
+	val int64 // the fence counter, for opAcquireFenced
 	err error // nil: agreed; ErrTaken or errAbsent: refused; else failed
 }
 
-func (r *request) build(script bool) {
+// build makes r's command: EVALSHA, or EVAL when eval is set (the master
+// answered NOSCRIPT).
+func (r *request) build(eval bool) {
+	var s *script
 	var args []any
-	switch {
-	case r.kind == opAcquire:
-		args = []any{"set", r.key, r.token, "nx", "px", r.ttlMs}
-	case r.kind == opExtend && script:
-		args = []any{"eval", extendScript.src, 1, r.key, r.token, r.ttlMs}
-	case r.kind == opExtend:
-		args = []any{"evalsha", extendScript.sha, 1, r.key, r.token, r.ttlMs}
-	case script:
-		args = []any{"eval", releaseScript.src, 1, r.key, r.token}
+	switch r.kind {
+	case opAcquire:
+		r.cmd = redis.NewCmd(context.Background(), "set", r.key, r.token, "nx", "px", r.ttlMs)
+		return
+	case opAcquireFenced:
+		s, args = &acquireFencedScript, []any{2, r.key, r.ckey, r.token, r.ttlMs}
+	case opRaise:
+		s, args = &raiseScript, []any{2, r.key, r.ckey, r.token, r.fence}
+	case opExtend:
+		if r.ckey == "" {
+			s, args = &extendScript, []any{1, r.key, r.token, r.ttlMs}
+		} else {
+			s, args = &extendFencedScript, []any{2, r.key, r.ckey, r.token, r.ttlMs, r.fence}
+		}
 	default:
-		args = []any{"evalsha", releaseScript.sha, 1, r.key, r.token}
+		s, args = &releaseScript, []any{1, r.key, r.token}
+	}
+	if eval {
+		args = append([]any{"eval", s.src}, args...)
+	} else {
+		args = append([]any{"evalsha", s.sha}, args...)
 	}
 	r.cmd = redis.NewCmd(context.Background(), args...)
 }
 
-// result reads the master's answer to r.
-func (r *request) result() error {
+// result reads the master's answer to r: the counter for a fenced acquire,
+// and nil, ErrTaken, errAbsent or the failure.
+func (r *request) result() (int64, error) {
 	err := r.cmd.Err()
 	if r.kind == opAcquire {
 		if err == redis.Nil {
-			return ErrTaken
+			return 0, ErrTaken
 		}
-		return err
+		return 0, err
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	v, err := r.cmd.Int64()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	switch {
 	case v > 0:
-		return nil
+		return v, nil
 	case v == 0:
-		return ErrTaken
+		return 0, ErrTaken
 	default:
-		return errAbsent
+		return 0, errAbsent
 	}
 }
 
@@ -112,9 +132,10 @@ func noScript(err error) bool {
 }
 
 type node struct {
-	rdb   redis.UniversalClient
-	addr  string
-	inl   bool // requests may run on the caller's goroutine (one master)
+	rdb    redis.UniversalClient
+	addr   string
+	inl    bool        // requests may run on the caller's goroutine (one master)
+	loaded atomic.Bool // every script is in the master's cache, as far as we know
 	lanes [lanesPerNode]lane
 }
 
@@ -247,22 +268,44 @@ func (n *node) exec(batch []*request, pipe redis.Pipeliner) {
 		return
 	}
 	ctx := deadlineCtx{context.Background(), at}
+	if !n.loaded.Load() {
+		for _, r := range batch {
+			if r.kind != opAcquire {
+				n.loadScripts(ctx)
+				break
+			}
+		}
+	}
 	n.run(ctx, batch, pipe)
 	retry := 0
 	for i, r := range batch {
-		if r.kind != opAcquire && noScript(r.cmd.Err()) {
-			r.build(true)
+		if noScript(r.cmd.Err()) {
 			batch[retry], batch[i] = r, batch[retry]
 			retry++
 		}
 	}
 	if retry > 0 {
-		// The master lost its script cache (a restart, SCRIPT FLUSH): EVAL
-		// loads the script again for the next EVALSHA.
+		// The master lost its script cache (a restart, SCRIPT FLUSH). It
+		// loses it whole, so the requests that failed are all the batch's
+		// script requests, and rerunning them in order keeps the order of
+		// one lock's requests (an Extend never runs after the Release that
+		// followed it).
+		n.loaded.Store(false)
+		n.loadScripts(ctx)
+		for _, r := range batch[:retry] {
+			r.build(false)
+		}
 		n.run(ctx, batch[:retry], pipe)
+		for _, r := range batch[:retry] {
+			if noScript(r.cmd.Err()) { // could not load: EVAL, one by one
+				r.build(true)
+				n.run(ctx, []*request{r}, nil)
+			}
+		}
 	}
 	for _, r := range batch {
-		deliver(r, r.result())
+		v, err := r.result()
+		deliverVal(r, v, err)
 	}
 }
 
@@ -279,6 +322,20 @@ func (n *node) run(ctx context.Context, batch []*request, pipe redis.Pipeliner) 
 	_, _ = pipe.Exec(ctx)
 }
 
+// loadScripts loads every script on the master (on every shard of a
+// Cluster: go-redis sends SCRIPT LOAD to all of them) before the first
+// script request, so that no batch finds some of our scripts loaded and
+// others not: a failed EVALSHA rerun after a later request of the same batch
+// had run would reorder one lock's requests.
+func (n *node) loadScripts(ctx context.Context) {
+	for _, s := range scripts {
+		if n.rdb.ScriptLoad(ctx, s.src).Err() != nil {
+			return
+		}
+	}
+	n.loaded.Store(true)
+}
+
 // dropped says why r should not be sent at all: its caller gave up, or its
 // deadline has passed while it waited in the queue.
 func (r *request) dropped(now time.Time) error {
@@ -293,9 +350,11 @@ func (r *request) dropped(now time.Time) error {
 	return nil
 }
 
-func deliver(r *request, err error) {
+func deliver(r *request, err error) { deliverVal(r, 0, err) }
+
+func deliverVal(r *request, v int64, err error) {
 	if r.rd != nil {
-		r.rd.replies <- reply{idx: r.idx, err: err}
+		r.rd.replies <- reply{idx: r.idx, val: v, err: err}
 	}
 }
 

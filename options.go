@@ -20,6 +20,7 @@ type config struct {
 	driftFactor float64
 	keyPrefix   string
 	nodeTimeout time.Duration // 0: ttl/10, at most 500ms
+	fencing     bool
 }
 
 func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
@@ -73,6 +74,18 @@ func (d nodeTimeout) apply(c *config) { c.nodeTimeout = positive(time.Duration(d
 // 500ms; must be > 0. Keep it well under the TTL: a request that times out on
 // every master costs that much of the lock's validity.
 func WithNodeTimeout(d time.Duration) Option { return nodeTimeout(d) }
+
+type fencing struct{}
+
+func (fencing) apply(c *config) { c.fencing = true }
+
+// WithFencing gives every lock a fencing token, [Lock.Fence]: on each master
+// the acquire also increments a counter kept beside the lock key, in the
+// same Redis Cluster hash slot ("{key}:fence", or key+":fence" when the key
+// has a hash tag), and the lock's fence is the largest counter among the
+// masters that acquired, the others raised to it before Obtain returns.
+// Counters never expire: one small key per lock key per master. Default off.
+func WithFencing() Option { return fencing{} }
 
 // An ObtainOption configures one [Client.Obtain].
 type ObtainOption interface{ applyObtain(*obtainConfig) }

@@ -19,6 +19,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,8 @@ type Client struct {
 	mu      sync.Mutex     // orders Do's entry against Close
 	dos     sync.WaitGroup // running Do calls and KeepAlive watchdogs
 	closing chan struct{}  // closed when Close starts
+
+	sharded bool // a master shards keys by hash slot (Cluster, Ring)
 }
 
 // New returns a Client for the Redlock algorithm over N independent masters:
@@ -79,6 +82,10 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{})}
 	for i, m := range masters {
+		switch m.(type) {
+		case *redis.ClusterClient, *redis.Ring:
+			c.sharded = true
+		}
 		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.wg))
 	}
 	return c, nil
@@ -189,6 +196,9 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 	if err != nil {
 		return 0, err
 	}
+	if c.cfg.fencing && c.sharded && !hasTag(c.cfg.keyPrefix+key) && strings.IndexByte(c.cfg.keyPrefix+key, '}') >= 0 {
+		return 0, invalid("with fencing on a Redis Cluster, key %q (prefix included) contains '}' without a hash tag, so its fence counter cannot share its slot; put a hash tag in it, like {%s}", c.cfg.keyPrefix+key, key)
+	}
 	if c.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -213,22 +223,28 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotObtained, context.Cause(ctx))
 	}
-	token := newToken()
 	start := time.Now()
-	full := c.cfg.keyPrefix + key
 	timeout := c.cfg.timeout(ttl)
-	out := c.fanout(ctx, opAcquire, full, token, ttl, timeout)
+	req := request{kind: opAcquire, key: c.cfg.keyPrefix + key, token: newToken(), ttlMs: ttl.Milliseconds()}
+	if c.cfg.fencing {
+		req.kind, req.ckey = opAcquireFenced, counterKey(req.key)
+	}
+	out := c.fanout(ctx, req, timeout)
+	var fence int64
+	if c.cfg.fencing && out.ok >= c.quorum {
+		fence = c.raise(ctx, out, req, timeout)
+	}
 	lapsed := false
 	if out.ok >= c.quorum {
 		until := start.Add(ttl - c.cfg.drift(ttl))
 		if time.Now().Before(until) {
-			l := &Lock{c: c, key: key, full: full, token: token, ttl: ttl, obtained: start}
+			l := &Lock{c: c, key: key, full: req.key, ckey: req.ckey, token: req.token, fence: fence, ttl: ttl, obtained: start}
 			l.until.Store(int64(until.Sub(c.epoch)))
 			return l, nil
 		}
 		lapsed = true
 	}
-	c.undo(ctx, out, full, token, timeout)
+	c.undo(ctx, out, req.key, req.token, timeout)
 	if lapsed {
 		for i := range out.nodes {
 			if out.nodes[i].Err == nil {
@@ -240,6 +256,79 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 }
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)
+
+// raise makes the fence of a fenced acquire that reached quorum: the largest
+// counter among the masters that acquired. It raises the lower counters to
+// it; a master whose counter could not be raised no longer counts toward
+// the quorum (out.ok drops), so every master that counts carries at least
+// the fence, and any later quorum, which shares a master with this one,
+// draws a larger fence.
+func (c *Client) raise(ctx context.Context, out *outcome, req request, timeout time.Duration) int64 {
+	var fence int64
+	for i := range out.nodes {
+		if out.nodes[i].Err == nil {
+			fence = max(fence, out.vals[i])
+		}
+	}
+	rd := &round{replies: make(chan reply, len(c.nodes))}
+	deadline := time.Now().Add(timeout)
+	sent := 0
+	for i, n := range c.nodes {
+		if out.nodes[i].Err == nil && out.vals[i] < fence {
+			n.send(&request{kind: opRaise, key: req.key, ckey: req.ckey, token: req.token, fence: fence,
+				deadline: deadline, done: ctx.Done(), rd: rd, idx: i})
+			sent++
+		}
+	}
+	failed := func(i int, err error) {
+		out.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, err)
+		out.ok--
+	}
+	if sent == 0 {
+		return fence
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	answered := make([]bool, len(c.nodes))
+	for ; sent > 0; sent-- {
+		select {
+		case r := <-rd.replies:
+			answered[r.idx] = true
+			if r.err != nil {
+				failed(r.idx, r.err)
+			}
+			continue
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		break
+	}
+	for i := range c.nodes {
+		if out.nodes[i].Err == nil && out.vals[i] < fence && !answered[i] {
+			failed(i, errNoReply)
+		}
+	}
+	return fence
+}
+
+// counterKey names the fence counter of a lock key, in the same Redis
+// Cluster hash slot: a key with a hash tag keeps it ("{user:1}:job" ->
+// "{user:1}:job:fence"), a key without one becomes the tag ("job" ->
+// "{job}:fence"). A key with a '}' but no valid tag cannot be tagged that
+// way; [Client.check] rejects it on a Cluster.
+func counterKey(key string) string {
+	if hasTag(key) || strings.IndexByte(key, '}') >= 0 {
+		return key + ":fence"
+	}
+	return "{" + key + "}:fence"
+}
+
+// hasTag reports whether key has a Redis Cluster hash tag: a '{' followed
+// later by a '}' with at least one byte between them.
+func hasTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
+}
 
 // undo releases a failed attempt's key on every master that did not answer
 // "held by another owner": those that agreed, and the silent ones whose SET
@@ -283,26 +372,29 @@ func (c *Client) undo(ctx context.Context, out *outcome, key, token string, time
 type outcome struct {
 	rd          *round
 	nodes       []NodeError // Err nil: agreed; errNoReply: still pending
+	vals        []int64     // fence counters of a fenced acquire
 	ok, refused int
 }
 
-// fanout sends one request to every master at once and collects replies
-// until the outcome is decided: a quorum agreed, or refusals and failures
-// leave too few masters to reach one, or the node timeout or ctx ended.
-// Requests still in flight then finish in the background.
-func (c *Client) fanout(ctx context.Context, kind opKind, key, token string, ttl, timeout time.Duration) *outcome {
+// fanout sends req to every master at once and collects replies until the
+// outcome is decided: a quorum agreed, or refusals and failures leave too
+// few masters to reach one, or the node timeout or ctx ended. Requests
+// still in flight then finish in the background.
+func (c *Client) fanout(ctx context.Context, req request, timeout time.Duration) *outcome {
 	n := len(c.nodes)
-	out := &outcome{rd: &round{replies: make(chan reply, n)}, nodes: make([]NodeError, n)}
-	deadline := time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	out := &outcome{rd: &round{replies: make(chan reply, n)}, nodes: make([]NodeError, n), vals: make([]int64, n)}
+	req.deadline = time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(req.deadline) {
+		req.deadline = d
 	}
+	req.done, req.rd = ctx.Done(), out.rd
 	for i, nd := range c.nodes {
 		out.nodes[i] = NodeError{Addr: nd.addr, Err: errNoReply}
 	}
 	for i, nd := range c.nodes {
-		nd.send(&request{kind: kind, key: key, token: token, ttlMs: ttl.Milliseconds(),
-			deadline: deadline, done: ctx.Done(), rd: out.rd, idx: i})
+		r := req
+		r.idx = i
+		nd.send(&r)
 	}
 	failed := 0
 	var t *time.Timer
@@ -313,7 +405,7 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, token string, ttl
 		case r = <-out.rd.replies:
 		default:
 			if t == nil {
-				t = time.NewTimer(time.Until(deadline))
+				t = time.NewTimer(time.Until(req.deadline))
 				defer t.Stop()
 				tc = t.C
 			}
@@ -328,6 +420,7 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, token string, ttl
 			}
 		}
 		out.nodes[r.idx].Err = r.err
+		out.vals[r.idx] = r.val
 		switch r.err {
 		case nil:
 			out.ok++

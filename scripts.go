@@ -7,6 +7,9 @@ package redlock
 // digests are written out here (and checked by a test) so that no SHA1 code
 // runs on the hot path and FIPS builds need none.
 
+// scripts lists every script, for loading them all at once.
+var scripts = []*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript}
+
 // A script is a Lua source and its SHA1 digest as Redis names it.
 type script struct {
 	src string
@@ -54,4 +57,88 @@ end
 return 0
 `,
 	sha: "818145b6935858b8e3292869f97640e08a749a20",
+}
+
+// acquireFencedScript takes the lock like SET NX PX and, when it did,
+// increments the key's fence counter.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  fence counter (same hash slot as the lock key)
+//	ARGV[1]  owner token
+//	ARGV[2]  TTL in milliseconds
+//	returns  the counter's new value (> 0) when taken, 0 when held by another owner
+var acquireFencedScript = script{
+	src: `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+	return redis.call('INCR', KEYS[2])
+end
+return 0
+`,
+	sha: "c5f2f8f95724c9915a2539a9fab35a59c4b36672",
+}
+
+// raiseScript raises a master's fence counter to the lock's fence, if the
+// lock there is still ours, so that every master counted in the quorum
+// carries at least the lock's fence.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  fence counter
+//	ARGV[1]  owner token
+//	ARGV[2]  the lock's fence
+//	returns  1 raised (or already at least the fence), 0 the lock is not ours there
+var raiseScript = script{
+	src: `if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+	return 0
+end
+local f = tonumber(ARGV[2])
+if tonumber(redis.call('GET', KEYS[2]) or '0') < f then
+	redis.call('SET', KEYS[2], ARGV[2])
+end
+return 1
+`,
+	sha: "8ff51a7d171fbdba5f0a0cae09e480ea864da3cd",
+}
+
+// extendFencedScript is extendScript for fenced locks: re-taking a vanished
+// key also raises that master's counter to the lock's fence.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  fence counter
+//	ARGV[1]  owner token
+//	ARGV[2]  TTL in milliseconds
+//	ARGV[3]  the lock's fence
+//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner
+var extendFencedScript = script{
+	src: `local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+if v == false then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
+		redis.call('SET', KEYS[2], ARGV[3])
+	end
+	return 2
+end
+return 0
+`,
+	sha: "29d40bf18ece37eea5622471ca1d4784f394113d",
+}
+
+// fencedWriteScript stores a resource's value only if the writer's fence is
+// not lower than the highest fence the resource has seen.
+//
+//	KEYS[1]  the resource: a hash with fields "value" and "fence"
+//	ARGV[1]  the writer's fence
+//	ARGV[2]  the value
+//	returns  {1, fence} written, {0, highest fence seen} refused as stale
+var fencedWriteScript = script{
+	src: `local high = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < high then
+	return {0, high}
+end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+return {1, tonumber(ARGV[1])}
+`,
+	sha: "070fa103a56999ecf54acc6cd4e0ad3462f2d071",
 }

@@ -1,0 +1,252 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
+)
+
+func TestFencesIncreaseAcrossHolders(t *testing.T) {
+	ctx := context.Background()
+	_, clients, a := cluster(t, 5, redlock.WithFencing())
+	b := newClient(t, clients, redlock.WithFencing())
+	var last int64
+	for i := range 40 {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		l, err := c.Obtain(ctx, "job", time.Minute)
+		if err != nil {
+			t.Fatalf("holder %d: %v", i, err)
+		}
+		if l.Fence() <= last {
+			t.Fatalf("holder %d got fence %d after %d", i, l.Fence(), last)
+		}
+		last = l.Fence()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFencesIncreaseWhileMastersFreeze(t *testing.T) {
+	ctx := context.Background()
+	servers, _, c := cluster(t, 5, redlock.WithFencing(), redlock.WithNodeTimeout(100*time.Millisecond))
+	rng := rand.New(rand.NewPCG(1, 2))
+	var last int64
+	for round := range 60 {
+		frozen := rng.Perm(5)[:rng.IntN(3)] // 0, 1 or 2 masters
+		for _, i := range frozen {
+			if err := servers[i].Stop(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		l, err := c.Obtain(octx, "job", time.Second, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d, frozen %v: %v", round, frozen, err)
+		}
+		if l.Fence() <= last {
+			t.Fatalf("round %d, frozen %v: fence %d after %d", round, frozen, l.Fence(), last)
+		}
+		last = l.Fence()
+		// Resume first: the frozen masters' late requests run now.
+		for _, i := range frozen {
+			servers[i].Cont()
+		}
+		l.Release(ctx)
+	}
+}
+
+func TestFenceSingleInstanceCounts(t *testing.T) {
+	ctx := context.Background()
+	servers := startServers(t, 1)
+	clients := clientsOf(t, servers)
+	c, err := redlock.NewSingle(clients[0], redlock.WithFencing(), redlock.WithKeyPrefix("lock:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for want := int64(1); want <= 5; want++ {
+		l, err := c.Obtain(ctx, "job", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() != want {
+			t.Fatalf("fence %d, want %d", l.Fence(), want)
+		}
+		l.Release(ctx)
+	}
+	if v := get(t, clients[0], "{lock:job}:fence"); v != "5" {
+		t.Fatalf("counter {lock:job}:fence = %q, want 5", v)
+	}
+}
+
+func TestFenceIsQuorumMaxAndCountersAreRaised(t *testing.T) {
+	ctx := context.Background()
+	_, clients, c := cluster(t, 3, redlock.WithFencing())
+	for i, v := range []int{5, 9, 2} { // counters drifted apart
+		clients[i].Set(ctx, "{job}:fence", v, 0)
+	}
+	l, err := c.Obtain(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The quorum's largest counter after INCR: 10 if master 1 was in it,
+	// else 6; all masters that count carry at least that.
+	if f := l.Fence(); f != 10 && f != 6 {
+		t.Fatalf("fence %d", f)
+	}
+	eventually(t, func() error {
+		at := 0
+		for _, rdb := range clients {
+			if v, _ := strconv.ParseInt(get(t, rdb, "{job}:fence"), 10, 64); v >= l.Fence() {
+				at++
+			}
+		}
+		if at < 2 {
+			return fmt.Errorf("only %d masters carry the fence %d", at, l.Fence())
+		}
+		return nil
+	})
+}
+
+func TestExtendRetakeRaisesCounter(t *testing.T) {
+	ctx := context.Background()
+	servers, clients, c := cluster(t, 3, redlock.WithFencing())
+	for range 3 { // counters at 3
+		l, err := c.Obtain(ctx, "job", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(ctx)
+	}
+	l, err := c.Obtain(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Restart(false); err != nil { // forgets key and counter
+		t.Fatal(err)
+	}
+	// Requests on the restarted master's old pooled connections fail once
+	// each; Extend until one reaches it.
+	eventually(t, func() error {
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			return err
+		}
+		if get(t, clients[0], "job") != l.Token() {
+			return errors.New("key not re-taken on the restarted master")
+		}
+		return nil
+	})
+	if got := get(t, clients[0], "{job}:fence"); got != strconv.FormatInt(l.Fence(), 10) {
+		t.Fatalf("restarted master's counter %q after the re-take, want %d", got, l.Fence())
+	}
+}
+
+func TestNoFencingWritesNoCounter(t *testing.T) {
+	ctx := context.Background()
+	_, clients, c := cluster(t, 3)
+	l, err := c.Obtain(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if l.Fence() != 0 {
+		t.Fatalf("fence %d without WithFencing", l.Fence())
+	}
+	eventually(t, func() error {
+		for i, rdb := range clients {
+			if n, _ := rdb.DBSize(ctx).Result(); n != 1 {
+				return fmt.Errorf("master %d has %d keys, want only the lock", i, n)
+			}
+		}
+		return nil
+	})
+}
+
+func TestFencingOnRedisCluster(t *testing.T) {
+	ctx := context.Background()
+	rc := startCluster(t, 3)
+	cc := rc.Client()
+	t.Cleanup(func() { cc.Close() })
+	c, err := redlock.NewSingle(cc, redlock.WithFencing(), redlock.WithKeyPrefix("lock:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	keys := []string{"user:{42}:profile", "{tagged}", "a{b", "x{y}z}"}
+	for i := range 100 {
+		keys = append(keys, fmt.Sprint("job-", i))
+	}
+	for _, k := range keys {
+		l, err := c.Obtain(ctx, k, time.Minute)
+		if err != nil {
+			t.Fatalf("key %q: %v", k, err)
+		}
+		if l.Fence() != 1 {
+			t.Fatalf("key %q: fence %d, want 1", k, l.Fence())
+		}
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("key %q: Extend: %v", k, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("key %q: Release: %v", k, err)
+		}
+	}
+	// A '}' without a hash tag: no counter key can share its slot.
+	for _, k := range []string{"a}b", "x{}y{z}"} { // Redis reads "{}" as no tag at all
+		if _, err := c.Obtain(ctx, k, time.Minute); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Fatalf("key %q on a Cluster with fencing: %v, want ErrInvalidArgument", k, err)
+		}
+	}
+}
+
+func TestFencedWrite(t *testing.T) {
+	ctx := context.Background()
+	servers := startServers(t, 1)
+	rdb := clientsOf(t, servers)[0].(*redis.Client)
+	rdb.ScriptFlush(ctx) // the first write loads the script
+	for _, step := range []struct {
+		fence int64
+		value string
+		stale bool
+	}{
+		{5, "a", false},
+		{5, "b", false}, // equal: the same holder writes again
+		{4, "c", true},  // lower: a stale holder
+		{9, "d", false},
+		{5, "e", true},
+	} {
+		err := redlock.FencedWrite(ctx, rdb, "account:1", step.fence, step.value)
+		var se *redlock.StaleFenceError
+		if step.stale != errors.Is(err, redlock.ErrStaleFence) || (err != nil && !step.stale) {
+			t.Fatalf("write %q with fence %d: %v", step.value, step.fence, err)
+		}
+		if step.stale && (!errors.As(err, &se) || se.Fence != step.fence || se.Highest < step.fence) {
+			t.Fatalf("stale write error %#v", err)
+		}
+	}
+	v, f, err := redlock.FencedRead(ctx, rdb, "account:1")
+	if err != nil || v != "d" || f != 9 {
+		t.Fatalf("resource holds %q at fence %d (%v), want d at 9", v, f, err)
+	}
+	if _, _, err := redlock.FencedRead(ctx, rdb, "nothing"); err != redis.Nil {
+		t.Fatalf("FencedRead of a missing resource: %v", err)
+	}
+	for _, bad := range []int64{0, -1} {
+		if err := redlock.FencedWrite(ctx, rdb, "account:1", bad, "x"); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Fatalf("fence %d: %v", bad, err)
+		}
+	}
+}
