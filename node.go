@@ -136,7 +136,7 @@ type node struct {
 	addr   string
 	inl    bool        // requests may run on the caller's goroutine (one master)
 	loaded atomic.Bool // every script is in the master's cache, as far as we know
-	lanes [lanesPerNode]lane
+	lanes  [lanesPerNode]lane
 }
 
 type lane struct {

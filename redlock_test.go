@@ -31,7 +31,9 @@ func newClient(t *testing.T, masters []redis.UniversalClient, opts ...redlock.Op
 
 func startServers(t *testing.T, n int) []*redistest.Server { return redistest.Start(t, n) }
 
-func startCluster(t *testing.T, masters int) *redistest.Cluster { return redistest.StartCluster(t, masters) }
+func startCluster(t *testing.T, masters int) *redistest.Cluster {
+	return redistest.StartCluster(t, masters)
+}
 
 func clientsOf(t *testing.T, servers []*redistest.Server) []redis.UniversalClient {
 	return redistest.Clients(t, servers)
