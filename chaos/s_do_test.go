@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,15 +110,41 @@ func TestS09RestartFencing(t *testing.T) {
 			r.set("stale_rejected", fs.StaleRejected)
 			r.set("equal_fence_conflicts", fs.EqualConflicts)
 			r.must(rr.aFence > 0, "A's fence is 0 with WithFencing")
+			bOK, aOK := libFencedReplay(t, e, rr.bFence, rr.aFence)
+			r.set("lib_fencedwrite_b_then_a_accepted", fmt.Sprintf("%v,%v", bOK, aOK))
 			if v.kind == "DOCUMENTS" {
 				r.documents(rr.bErr == nil && st.FenceRegressions >= 1, "B obtained=%v with fence %d after A's %d", rr.bErr == nil, rr.bFence, rr.aFence)
+				r.note("the library's FencedWrite admits equal fences, so after this restart both holders' writes pass")
 			} else {
+				r.must(bOK && !aOK, "FencedWrite accepted B=%v then A=%v, want B only", bOK, aOK)
 				r.must(rr.bErr == nil, "B never obtained: %v", rr.bErr)
 				r.must(st.PromisedOverlaps == 0 && st.FenceRegressions == 0 && rr.bFence > rr.aFence,
 					"promised=%d regressions=%d fences A=%d B=%d", st.PromisedOverlaps, st.FenceRegressions, rr.aFence, rr.bFence)
 			}
 		})
 	}
+}
+
+// libFencedReplay offers B's write, then A's, to the library's FencedWrite
+// on a resource key of its own (on master 0, outside the lock prefix) and
+// reports which it accepted.
+func libFencedReplay(t *testing.T, e *env, bFence, aFence int64) (bOK, aOK bool) {
+	t.Helper()
+	if bFence < 1 || aFence < 1 {
+		return false, false
+	}
+	rdb := e.direct()[0]
+	key := fmt.Sprintf("resource:%d", time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	errB := redlock.FencedWrite(ctx, rdb, key, bFence, "B")
+	errA := redlock.FencedWrite(ctx, rdb, key, aFence, "A")
+	for _, err := range []error{errB, errA} {
+		if err != nil && !errors.Is(err, redlock.ErrStaleFence) {
+			t.Fatalf("FencedWrite: %v", err)
+		}
+	}
+	return errB == nil, errA == nil
 }
 
 // S11: the holder pauses past its TTL inside the critical section.
@@ -177,9 +204,16 @@ func TestS11ClientPause(t *testing.T) {
 		e := newEnv(t, 5, nil)
 		c := e.lockClient(e.direct(), withFencing())
 		res := &FencedResource{}
-		st := safety(r, pauseRace(t, c, res), nil, res)
+		ledger := pauseRace(t, c, res)
+		st := safety(r, ledger, nil, res)
 		fs := res.Stats()
 		r.set("interleaved_writes", fs.Interleaved)
+		if ivs := ledger.Intervals(); len(ivs) == 2 {
+			slices.SortFunc(ivs, func(x, y Interval) int { return x.Start.Compare(y.Start) })
+			bOK, aOK := libFencedReplay(t, e, ivs[1].Fence, ivs[0].Fence)
+			r.set("lib_fencedwrite_b_then_a_accepted", fmt.Sprintf("%v,%v", bOK, aOK))
+			r.must(bOK && !aOK, "the library's FencedWrite accepted B=%v then paused A=%v, want B only", bOK, aOK)
+		}
 		r.must(fs.StaleRejected >= 1, "the paused holder's write was not rejected (stale_rejected=%d)", fs.StaleRejected)
 		r.must(fs.Interleaved == 0 && fs.EqualConflicts == 0, "interleaved=%d equal=%d at the resource", fs.Interleaved, fs.EqualConflicts)
 		r.must(st.FenceRegressions == 0, "fence_regressions=%d", st.FenceRegressions)
