@@ -1,11 +1,14 @@
 package chaos
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,6 +137,8 @@ func writeResults(w io.Writer, dir string) error {
 	if len(results.rows) == 0 {
 		return nil
 	}
+	// In scenario order (S1, S2, ... S14), whatever order the tests ran in.
+	slices.SortStableFunc(results.rows, func(x, y *row) int { return cmp.Compare(scenarioNumber(x.Scenario), scenarioNumber(y.Scenario)) })
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nchaos results (%s)\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "%-34s | %-9s | %-44s | %-48s | %s\n", "scenario", "kind", "fault", "expected", "verdict")
@@ -167,4 +172,11 @@ func writeResults(w io.Writer, dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "results.txt"), []byte(b.String()), 0o644)
+}
+
+// scenarioNumber is n in "Sn name"; 0 when there is none.
+func scenarioNumber(s string) int {
+	num, _, _ := strings.Cut(strings.TrimPrefix(s, "S"), " ")
+	n, _ := strconv.Atoi(num)
+	return n
 }
