@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Environment variables read when the matching flag is not given.
+const (
+	envMasters  = "REDLOCK_MASTERS"
+	envPassword = "REDLOCK_PASSWORD"
+)
+
+// dialTimeout bounds connecting to one master. The lock operations have
+// their own, shorter bound (the node timeout); this one only keeps a
+// blackholed master from holding redlock's exit for long.
+const dialTimeout = 2 * time.Second
+
+// connFlags are the flags that say how to reach the masters, shared by
+// every subcommand.
+type connFlags struct {
+	masters     string
+	prefix      string
+	nodeTimeout time.Duration
+	user        string
+	password    string
+	tls         bool
+	tlsCA       string
+	tlsCert     string
+	tlsKey      string
+	tlsInsecure bool
+}
+
+func (cf *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&cf.masters, "masters", "", "comma-separated masters: host:port, redis://[user:password@]host:port[/db] or rediss://...; one means a single-instance lock, several the Redlock quorum (default $"+envMasters+")")
+	fs.StringVar(&cf.prefix, "prefix", "", "prefix put before the key in Redis")
+	fs.DurationVar(&cf.nodeTimeout, "node-timeout", 0, "bound of one request to one master (default ttl/10, at most 500ms)")
+	fs.StringVar(&cf.user, "user", "", "ACL user name, for masters whose URL names none")
+	fs.StringVar(&cf.password, "password", "", "password, for masters whose URL has none (default $"+envPassword+"; prefer the variable: flags show in ps)")
+	fs.BoolVar(&cf.tls, "tls", false, "connect with TLS to every master (rediss:// URLs always do)")
+	fs.StringVar(&cf.tlsCA, "tls-ca", "", "PEM file of the CA certificates that verify the masters (default: the system's)")
+	fs.StringVar(&cf.tlsCert, "tls-cert", "", "PEM file of the client certificate (with --tls-key)")
+	fs.StringVar(&cf.tlsKey, "tls-key", "", "PEM file of the client certificate's private key (with --tls-cert)")
+	fs.BoolVar(&cf.tlsInsecure, "tls-insecure", false, "do not verify the masters' certificates (testing only)")
+}
+
+// A usageError is a bad flag or argument: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// options returns one go-redis Options per master, validated; the flags
+// and the environment (getenv) decide. Errors are usage errors that name
+// the flag.
+func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, error) {
+	list := cf.masters
+	if list == "" {
+		list = getenv(envMasters)
+	}
+	if strings.TrimSpace(list) == "" {
+		return nil, usagef("--masters is required (or set $%s)", envMasters)
+	}
+	if cf.nodeTimeout < 0 {
+		return nil, usagef("--node-timeout must be > 0, got %v", cf.nodeTimeout)
+	}
+	if (cf.tlsCert == "") != (cf.tlsKey == "") {
+		return nil, usagef("--tls-cert and --tls-key go together")
+	}
+	password := cf.password
+	if password == "" {
+		password = getenv(envPassword)
+	}
+	base, err := cf.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	var opts []*redis.Options
+	seen := map[string]bool{}
+	anyTLS := false
+	for _, spec := range strings.Split(list, ",") {
+		spec = strings.TrimSpace(spec)
+		if spec == "" {
+			return nil, usagef("--masters: empty address in %q", list)
+		}
+		o, err := parseMaster(spec)
+		if err != nil {
+			return nil, usagef("--masters: %v", err)
+		}
+		id := o.Network + " " + o.Addr
+		if seen[id] {
+			return nil, usagef("--masters: %s is listed twice (every master must be a distinct server)", o.Addr)
+		}
+		seen[id] = true
+		if o.Username == "" {
+			o.Username = cf.user
+		}
+		if o.Password == "" {
+			o.Password = password
+		}
+		if cf.tls && o.TLSConfig == nil {
+			o.TLSConfig = &tls.Config{}
+		}
+		if o.TLSConfig != nil {
+			anyTLS = true
+			o.TLSConfig = mergeTLS(o.TLSConfig, base, o.Addr)
+		}
+		// The library bounds every request by the node timeout through the
+		// context's deadline and makes its own retries: go-redis must honour
+		// the deadline and not retry behind its back.
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries = -1
+		o.DialTimeout = dialTimeout
+		o.DialerRetries = 1
+		o.PoolSize = 4
+		if o.ClientName == "" {
+			o.ClientName = "redlock" // in CLIENT LIST
+		}
+		opts = append(opts, o)
+	}
+	if !anyTLS {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"--tls-ca", cf.tlsCA != ""}, {"--tls-cert", cf.tlsCert != ""}, {"--tls-insecure", cf.tlsInsecure}} {
+			if f.set {
+				return nil, usagef("%s needs --tls or rediss:// masters", f.name)
+			}
+		}
+	}
+	return opts, nil
+}
+
+// parseMaster reads one master: a URL (redis://, rediss://, unix://) or
+// host[:port].
+func parseMaster(spec string) (*redis.Options, error) {
+	if strings.Contains(spec, "://") {
+		o, err := redis.ParseURL(spec)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", redactURL(spec), err)
+		}
+		return o, nil
+	}
+	host, port, err := net.SplitHostPort(spec)
+	if err != nil {
+		// No port: the Redis default.
+		if strings.Contains(spec, "/") || strings.Count(spec, ":") == 1 {
+			return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", spec)
+		}
+		host, port = strings.Trim(spec, "[]"), "6379"
+	}
+	if host == "" || port == "" {
+		return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", spec)
+	}
+	return &redis.Options{Addr: net.JoinHostPort(host, port)}, nil
+}
+
+// redactURL hides a URL's password in messages.
+func redactURL(s string) string {
+	i := strings.Index(s, "://")
+	at := strings.LastIndex(s, "@")
+	if i < 0 || at < i {
+		return s
+	}
+	return s[:i+3] + "xxx" + s[at:]
+}
+
+// tlsConfig builds the TLS settings the flags give, common to every TLS
+// master.
+func (cf *connFlags) tlsConfig() (*tls.Config, error) {
+	c := &tls.Config{InsecureSkipVerify: cf.tlsInsecure}
+	if cf.tlsCA != "" {
+		pem, err := os.ReadFile(cf.tlsCA)
+		if err != nil {
+			return nil, usagef("--tls-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("--tls-ca: no PEM certificate in %s", cf.tlsCA)
+		}
+		c.RootCAs = pool
+	}
+	if cf.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(cf.tlsCert, cf.tlsKey)
+		if err != nil {
+			return nil, usagef("--tls-cert/--tls-key: %v", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// mergeTLS returns the master's TLS config: what its URL said, with the
+// flags' CA, certificate and verification setting, and the host name to
+// verify.
+func mergeTLS(own, base *tls.Config, addr string) *tls.Config {
+	c := own.Clone()
+	if base.RootCAs != nil {
+		c.RootCAs = base.RootCAs
+	}
+	if len(base.Certificates) > 0 {
+		c.Certificates = base.Certificates
+	}
+	if base.InsecureSkipVerify {
+		c.InsecureSkipVerify = true
+	}
+	if c.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			c.ServerName = host
+		}
+	}
+	return c
+}
+
+// dial makes one client per master and pings them all at once, so the
+// first lock request does not pay for the connection (the node timeout is
+// short). A master that does not answer is not an error here: the quorum
+// may do without it, and the lock's error names it.
+func dial(opts []*redis.Options) []*redis.Client {
+	clients := make([]*redis.Client, len(opts))
+	for i, o := range opts {
+		clients[i] = redis.NewClient(o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() { _ = c.Ping(ctx).Err() })
+	}
+	wg.Wait()
+	return clients
+}
+
+func closeAll(clients []*redis.Client) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
+}
+
+// addrs names the masters in output.
+func addrs(opts []*redis.Options) []string {
+	a := make([]string, len(opts))
+	for i, o := range opts {
+		a[i] = o.Addr
+	}
+	return a
+}

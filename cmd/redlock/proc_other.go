@@ -1,0 +1,23 @@
+//go:build !unix
+
+package main
+
+import (
+	"os"
+	"syscall"
+)
+
+// Outside Unix the command gets no process group of its own and only an
+// interrupt (Windows cannot deliver SIGTERM); a lost lock kills it.
+
+var forwarded = []os.Signal{os.Interrupt}
+
+var terminate, killSignal os.Signal = os.Kill, os.Kill
+
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+func signalGroup(p *os.Process, sig os.Signal) error { return p.Signal(sig) }
+
+func exitStatus(ps *os.ProcessState) int { return ps.ExitCode() }
+
+func signum(os.Signal) int { return 2 }

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	servers := redistest.Start(t, 3)
+	clients := redistest.Clients(t, servers)
+	masters := servers[0].Addr() + "," + servers[1].Addr() + "," + servers[2].Addr()
+	lc, err := redlock.New(clients, redlock.WithKeyPrefix("p:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	lock, err := lc.Obtain(ctxT(t), "held", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctxT(t))
+
+	code, out, stderr := runRedlock(t, nil, "status", "--masters", masters, "--prefix", "p:", "--key", "held")
+	if code != 0 {
+		t.Fatalf("status: exit %d; stderr:\n%s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("status printed %d lines, want 4:\n%s", len(lines), out)
+	}
+	for i, s := range servers {
+		f := strings.Split(lines[i], "\t")
+		if len(f) != 4 || f[0] != s.Addr() || f[1] != "held" || f[2] != "token="+lock.Token() || !strings.HasPrefix(f[3], "ttl=") {
+			t.Errorf("line %d = %q, want %s, held, token=%s, ttl=...", i, lines[i], s.Addr(), lock.Token())
+			continue
+		}
+		if ttl, err := time.ParseDuration(strings.TrimPrefix(f[3], "ttl=")); err != nil || ttl <= 0 || ttl > time.Minute {
+			t.Errorf("line %d: ttl %q, want a duration in (0, 1m]", i, f[3])
+		}
+	}
+	if want := "locked: token=" + lock.Token() + " on 3 of 3 masters (quorum 2)"; lines[3] != want {
+		t.Errorf("summary = %q, want %q", lines[3], want)
+	}
+
+	// Without the prefix, the key is another one: free.
+	code, out, _ = runRedlock(t, nil, "status", "--masters", masters, "--key", "held")
+	if code != 0 || strings.Count(out, "\tfree\n") != 3 || !strings.Contains(out, "not locked: free on every master") {
+		t.Errorf("status without prefix: exit %d:\n%s", code, out)
+	}
+
+	// A dead master: reported, and the exit status says so.
+	if err := servers[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runRedlock(t, nil, "status", "--masters", masters, "--prefix", "p:", "--key", "held")
+	if code != exitFailure {
+		t.Errorf("status with a dead master: exit %d, want %d", code, exitFailure)
+	}
+	if !strings.Contains(out, servers[2].Addr()+"\terror\t") || !strings.Contains(out, "on 2 of 3 masters (quorum 2)") {
+		t.Errorf("status with a dead master:\n%s", out)
+	}
+}
