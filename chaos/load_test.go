@@ -185,6 +185,8 @@ func (s *loadStats) report(r *row) {
 		r.set("errors_without_detail", s.noDetail)
 		r.note("ErrNotObtained without *QuorumError, e.g. %q", s.noDetailMsg)
 	}
+	// DESIGN.md: every ErrNotObtained carries a *QuorumError.
+	r.must(s.noDetail == 0, "%d ErrNotObtained without a *QuorumError", s.noDetail)
 	if s.pastCtx > slack {
 		r.note("slowest Obtain: %s", s.worst)
 	}
