@@ -169,7 +169,7 @@ func TestLostLockTerminatesTheCommand(t *testing.T) {
 		script string
 	}{
 		// Dies of the SIGTERM.
-		{"term", `touch "$1"; sleep 60 & wait`},
+		{"term", `touch "$1"; while :; do sleep 0.05; done`},
 		// Ignores SIGTERM, as does its sleep: only the SIGKILL after
 		// --grace ends it.
 		{"kill", `trap "" TERM; touch "$1"; while :; do sleep 0.05; done`},
@@ -206,10 +206,10 @@ func TestSignalForwarding(t *testing.T) {
 		want   int
 	}{
 		// The command traps SIGTERM and exits 0: redlock exits 0.
-		{"trapped", `trap 'touch "$2"; exit 0' TERM; touch "$1"; sleep 60 & wait`, syscall.SIGTERM, 0},
+		{"trapped", `trap 'touch "$2"; exit 0' TERM; touch "$1"; while :; do sleep 0.05; done`, syscall.SIGTERM, 0},
 		// The command dies of the signal: redlock reports 128+signal.
 		{"killed", `touch "$1"; exec sleep 60`, syscall.SIGTERM, 128 + int(syscall.SIGTERM)},
-		{"interrupt", `trap 'touch "$2"; exit 7' INT; touch "$1"; sleep 60 & wait`, syscall.SIGINT, 7},
+		{"interrupt", `trap 'touch "$2"; exit 7' INT; touch "$1"; while :; do sleep 0.05; done`, syscall.SIGINT, 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
