@@ -322,6 +322,40 @@ func TestS12WatchdogUnderFaults(t *testing.T) {
 			"same, user-default go-redis clients: a renewal hangs up to 1s", "same, on time although the renewal hangs")
 		watchdogUnderFaults(t, r, defaultClient)
 	})
+	t.Run("slow-network", func(t *testing.T) {
+		const L = 15 * time.Millisecond
+		r := newRow(t, "S12 watchdog/slow-network", "MUST", "Do TTL 600ms for 1.5s; every master 15ms away (node timeout 50ms)",
+			"renewals succeed: fn not cancelled, Do returns nil")
+		e := newEnv(t, 5, nil)
+		ms := e.masters("w")
+		warm(t, ms, 4)
+		c := e.lockClient(ms)
+		d := needDo(t, r, c)
+		for _, p := range e.group("w") {
+			if err := p.Latency(L, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var cause error
+		var ran time.Duration
+		start := time.Now()
+		doErr := d.Do(context.Background(), "k", 600*time.Millisecond, func(ctx context.Context) error {
+			t0 := time.Now()
+			select {
+			case <-ctx.Done():
+				cause = context.Cause(ctx)
+			case <-time.After(1500 * time.Millisecond):
+			}
+			ran = time.Since(t0)
+			return nil
+		}, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		r.set("fn_ran", ran)
+		r.set("do_took", time.Since(start))
+		if cause != nil {
+			r.note("fn's context ended: %v", cause)
+		}
+		r.must(cause == nil && doErr == nil, "the lock was lost with every master %v away: fn ran %v, cause %v, Do err %v", L, ran, cause, doErr)
+	})
 	t.Run("close-during-do", func(t *testing.T) {
 		r := newRow(t, "S12 watchdog/close-during-do", "MUST", "Client.Close while Do's fn runs",
 			"fn ctx cancelled (cause ErrClosed); Close waits for Do; lock released")

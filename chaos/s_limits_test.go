@@ -236,7 +236,8 @@ func TestS13SingleInstance(t *testing.T) {
 	})
 	t.Run("latency", func(t *testing.T) {
 		const L = 20 * time.Millisecond
-		r := newRow(t, "S13 single-instance/latency", "MUST", "NewSingle; latency 20ms", "ok; validity <= ttl-L-drift")
+		r := newRow(t, "S13 single-instance/latency", "MUST", "NewSingle; latency 20ms (node timeout 50ms)",
+			"Obtain, Extend, Release ok; validity <= ttl-L-drift")
 		e := newEnv(t, 1, nil)
 		ms := e.masters("w")
 		warm(t, ms, 4)
@@ -247,7 +248,8 @@ func TestS13SingleInstance(t *testing.T) {
 		drift := time.Duration(float64(ttl)*redlock.DefaultDriftFactor) + 2*time.Millisecond
 		var lats []time.Duration
 		var maxV time.Duration
-		ok := 0
+		ok, extended, released := 0, 0, 0
+		var extErr, relErr error
 		for i := range 10 {
 			t0 := time.Now()
 			lock, err := c.Obtain(context.Background(), fmt.Sprintf("l%d", i), ttl)
@@ -255,11 +257,30 @@ func TestS13SingleInstance(t *testing.T) {
 			if err == nil {
 				ok++
 				maxV = max(maxV, lock.Validity())
-				lock.Release(context.Background())
+				if err := lock.Extend(context.Background(), ttl); err == nil {
+					extended++
+				} else {
+					extErr = err
+				}
+				if err := lock.Release(context.Background()); err == nil {
+					released++
+				} else {
+					relErr = err
+				}
 			}
 		}
 		p50, _, mx := Quantiles(lats)
 		r.set("obtained", ok)
+		r.set("extended", extended)
+		r.set("released", released)
+		if extErr != nil {
+			r.note("an Extend error: %v", extErr)
+		}
+		if relErr != nil {
+			r.note("a Release error: %v", relErr)
+		}
+		// One round trip of 20 ms fits the 50 ms node timeout many times over.
+		r.must(mostly(extended, ok) && mostly(released, ok), "of %d locks, %d extended and %d released with one master 20 ms away", ok, extended, released)
 		r.set("obtain_p50", p50)
 		r.set("obtain_max", mx)
 		r.set("max_validity", maxV)
