@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -82,4 +84,57 @@ func FencedRead(ctx context.Context, rdb redis.Cmdable, key string) (value strin
 	}
 	fence, err = strconv.ParseInt(f, 10, 64)
 	return v, fence, err
+}
+
+// raise makes the fence of a fenced acquire that reached quorum: the largest
+// counter among the masters that acquired. It raises the lower counters to
+// it; a master whose counter could not be raised no longer counts toward
+// the quorum (rd.ok drops), so every master that counts carries at least
+// the fence, and any later quorum, which shares a master with this one,
+// draws a larger fence.
+func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Duration) int64 {
+	var fence int64
+	for i := range rd.nodes {
+		if rd.nodes[i].Err == nil {
+			fence = max(fence, rd.vals[i])
+		}
+	}
+	o := newOp(opRaise, l.full, l.ckey, l.token, 0, fence)
+	o.deadline, o.done = time.Now().Add(timeout), ctx.Done()
+	raised := c.round()
+	defer raised.done()
+	n := 0
+	for i := range c.nodes {
+		if rd.nodes[i].Err == nil && rd.vals[i] < fence {
+			c.send(i, &o, raised)
+			n++
+		}
+	}
+	c.collect(ctx, raised, n, o.deadline, timeout, false)
+	for i := range c.nodes {
+		if rd.nodes[i].Err == nil && rd.vals[i] < fence && raised.nodes[i].Err != nil {
+			rd.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, raised.nodes[i].Err)
+			rd.ok--
+		}
+	}
+	return fence
+}
+
+// counterKey names the fence counter of a lock key, in the same Redis
+// Cluster hash slot: a key with a hash tag keeps it ("{user:1}:job" ->
+// "{user:1}:job:fence"), a key without one becomes the tag ("job" ->
+// "{job}:fence"). A key with a '}' but no valid tag cannot be tagged that
+// way; [Client.check] rejects it on a Cluster.
+func counterKey(key string) string {
+	if hasTag(key) || strings.IndexByte(key, '}') >= 0 {
+		return key + ":fence"
+	}
+	return "{" + key + "}:fence"
+}
+
+// hasTag reports whether key has a Redis Cluster hash tag: a '{' followed
+// later by a '}' with at least one byte between them.
+func hasTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
 }

@@ -84,8 +84,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
 	}
 	start := time.Now()
-	out := c.fanout(ctx, request{kind: opExtend, key: l.full, ckey: l.ckey, token: l.token, ttlMs: ttl.Milliseconds(), fence: l.fence}, c.cfg.timeout(ttl))
-	if out.ok >= c.quorum {
+	rd := c.fanout(ctx, newOp(opExtend, l.full, l.ckey, l.token, ttl.Milliseconds(), l.fence), c.cfg.timeout(ttl))
+	defer rd.done()
+	if rd.ok >= c.quorum {
 		until := start.Add(ttl - c.cfg.drift(ttl))
 		if time.Now().Before(until) {
 			l.until.Store(int64(until.Sub(c.epoch)))
@@ -94,12 +95,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return fmt.Errorf("redlock: extend took %v, longer than the validity of a %v TTL", time.Since(start), ttl)
 	}
-	qe := &QuorumError{Op: "extend", Quorum: c.quorum, Nodes: out.nodes}
-	if out.refused > len(c.nodes)-c.quorum {
-		qe.kind = ErrLockLost
+	if rd.refused > len(c.nodes)-c.quorum {
 		l.until.Store(0)
+		return c.quorumError("extend", rd, ErrLockLost)
 	}
-	return qe
+	return c.quorumError("extend", rd, nil)
 }
 
 // Release deletes the lock on every master where it still holds our token,
@@ -125,13 +125,13 @@ func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.until.Store(0)
-	out := c.fanout(ctx, request{kind: opRelease, key: l.full, token: l.token}, c.cfg.timeout(l.ttl))
-	if out.ok >= c.quorum {
+	rd := c.fanout(ctx, newOp(opRelease, l.full, "", l.token, 0, 0), c.cfg.timeout(l.ttl))
+	defer rd.done()
+	if rd.ok >= c.quorum {
 		return nil
 	}
-	qe := &QuorumError{Op: "release", Quorum: c.quorum, Nodes: out.nodes}
-	if out.refused > len(c.nodes)-c.quorum {
-		qe.kind = ErrLockLost
+	if rd.refused > len(c.nodes)-c.quorum {
+		return c.quorumError("release", rd, ErrLockLost)
 	}
-	return qe
+	return c.quorumError("release", rd, nil)
 }

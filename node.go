@@ -26,6 +26,10 @@ import (
 // quorum cannot overtake the Extend's straggler and be undone by it. On a
 // single master, a request made when its lane is idle goes out at once on
 // the caller's goroutine, so one caller pays no hand-off.
+//
+// For a standalone master (*redis.Client) each lane keeps a connection of
+// its own, taken from the client's pool (with its hooks), so a batch pays no
+// pool checkout and health check; it is replaced after any network error.
 
 // lanesPerNode bounds the pipelines in flight to one master. More than one
 // keeps the master busy while a batch's replies are read; more than a few
@@ -42,62 +46,69 @@ const (
 	opRelease                     // releaseScript
 )
 
-// A request is one operation on one master.
+// An op is what a round asks of every master. Its arguments are boxed once
+// per round and shared by the round's requests.
+type op struct {
+	kind             opKind
+	key, ckey, token any // strings; ckey is nil without fencing
+	ttl, fence       any // int64 milliseconds, int64
+	deadline         time.Time
+	done             <-chan struct{} // the caller's context; a request it ends before sending is dropped
+	rd               *round          // where the reply goes; nil when nobody waits for it
+	keyStr           string          // picks the lane
+}
+
+func newOp(kind opKind, key, ckey, token string, ttlMs, fence int64) op {
+	o := op{kind: kind, key: key, token: token, keyStr: key}
+	if ckey != "" {
+		o.ckey = ckey
+	}
+	if kind == opAcquire || kind == opAcquireFenced || kind == opExtend {
+		o.ttl = ttlMs
+	}
+	if kind == opRaise || (kind == opExtend && ckey != "") {
+		o.fence = fence
+	}
+	return o
+}
+
+// A request is one op on one master. Requests are pooled: the node returns
+// one to the pool once it has delivered its reply.
 type request struct {
-	kind     opKind
-	key      string
-	ckey     string // the fence counter; "" without fencing
-	token    string
-	ttlMs    int64
-	fence    int64
-	deadline time.Time       // when the node timeout ends, or the caller's deadline if sooner
-	done     <-chan struct{} // the caller's context; a request it ends before sending is dropped
-	rd       *round          // where the reply goes; nil when nobody waits for it
-	idx      int             // the master's position, for the reply
-	cmd      *redis.Cmd
+	op
+	idx  int // the master's position, for the reply
+	cmd  *redis.Cmd
+	argv [9]any // backs cmd's arguments
 }
 
-// A round is one operation sent to every master; the replies come back on
-// one channel buffered to N, so no sender ever blocks on a caller that has
-// already decided and gone.
-type round struct {
-	replies chan reply
-}
-
-type reply struct {
-	idx int
-	val int64 // the fence counter, for opAcquireFenced
-	err error // nil: agreed; ErrTaken or errAbsent: refused; else failed
-}
-
-// build makes r's command: EVALSHA, or EVAL when eval is set (the master
-// answered NOSCRIPT).
+// build makes r's command: EVALSHA, or EVAL when eval is set.
 func (r *request) build(eval bool) {
 	var s *script
-	var args []any
+	a := r.argv[:0]
 	switch r.kind {
 	case opAcquire:
-		r.cmd = redis.NewCmd(context.Background(), "set", r.key, r.token, "nx", "px", r.ttlMs)
+		a = append(a, "set", r.key, r.token, "nx", "px", r.ttl)
+		r.cmd = redis.NewCmd(context.Background(), a...)
 		return
 	case opAcquireFenced:
-		s, args = &acquireFencedScript, []any{2, r.key, r.ckey, r.token, r.ttlMs}
+		s, a = &acquireFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
 	case opRaise:
-		s, args = &raiseScript, []any{2, r.key, r.ckey, r.token, r.fence}
+		s, a = &raiseScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.fence)
 	case opExtend:
-		if r.ckey == "" {
-			s, args = &extendScript, []any{1, r.key, r.token, r.ttlMs}
+		if r.ckey == nil {
+			s, a = &extendScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
 		} else {
-			s, args = &extendFencedScript, []any{2, r.key, r.ckey, r.token, r.ttlMs, r.fence}
+			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence)
 		}
 	default:
-		s, args = &releaseScript, []any{1, r.key, r.token}
+		s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
 	}
 	if eval {
-		args = append([]any{"eval", s.src}, args...)
+		a[0], a[1] = "eval", s.src
 	} else {
-		args = append([]any{"evalsha", s.sha}, args...)
+		a[0], a[1] = "evalsha", s.sha
 	}
-	r.cmd = redis.NewCmd(context.Background(), args...)
+	r.cmd = redis.NewCmd(context.Background(), a...)
 }
 
 // result reads the master's answer to r: the counter for a fenced acquire,
@@ -136,6 +147,7 @@ type node struct {
 	addr   string
 	inl    bool        // requests may run on the caller's goroutine (one master)
 	loaded atomic.Bool // every script is in the master's cache, as far as we know
+	reqs   *sync.Pool  // the client's pool of requests
 	lanes  [lanesPerNode]lane
 }
 
@@ -146,10 +158,15 @@ type lane struct {
 	running bool // a batch is in flight, sent by the worker or a caller
 	waiting bool // the worker is parked
 	closed  bool
+
+	// Owned by whoever runs the lane's batch (running is set).
+	conn *redis.Conn // the lane's own connection, for a *redis.Client master
+	pipe redis.Pipeliner
+	used time.Time // when conn last answered
 }
 
-func newNode(rdb redis.UniversalClient, addr string, inline bool, wg *sync.WaitGroup) *node {
-	n := &node{rdb: rdb, addr: addr, inl: inline}
+func newNode(rdb redis.UniversalClient, addr string, inline bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
+	n := &node{rdb: rdb, addr: addr, inl: inline, reqs: reqs}
 	wg.Add(lanesPerNode)
 	for i := range n.lanes {
 		l := &n.lanes[i]
@@ -169,19 +186,21 @@ func (n *node) lane(key string) *lane {
 }
 
 // send queues r on its lane, or sends it at once on the caller's goroutine
-// when the lane is idle and inline sending is allowed.
+// when the lane is idle and inline sending is allowed. The node owns r from
+// here on.
 func (n *node) send(r *request) {
-	l := n.lane(r.key)
+	l := n.lane(r.keyStr)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		deliver(r, ErrClosed)
+		n.deliver(r, 0, ErrClosed)
 		return
 	}
 	if n.inl && !l.running && len(l.queue) == 0 {
 		l.running = true
 		l.mu.Unlock()
-		n.exec([]*request{r}, nil)
+		one := [1]*request{r}
+		n.exec(l, one[:])
 		l.mu.Lock()
 		l.running = false
 		if len(l.queue) > 0 && l.waiting {
@@ -211,7 +230,6 @@ func (n *node) close() {
 // until the node closes and the lane is empty.
 func (n *node) work(l *lane, wg *sync.WaitGroup) {
 	defer wg.Done()
-	pipe := n.rdb.Pipeline()
 	var batch []*request
 	l.mu.Lock()
 	for {
@@ -222,12 +240,15 @@ func (n *node) work(l *lane, wg *sync.WaitGroup) {
 		}
 		if len(l.queue) == 0 {
 			l.mu.Unlock()
+			if l.conn != nil {
+				l.conn.Close() // back to the client's pool
+			}
 			return
 		}
 		batch, l.queue = l.queue, batch[:0]
 		l.running = true
 		l.mu.Unlock()
-		n.exec(batch, pipe)
+		n.exec(l, batch)
 		clear(batch)
 		l.mu.Lock()
 		l.running = false
@@ -243,23 +264,26 @@ type deadlineCtx struct {
 
 func (c deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
 
-var errSkipped = errors.New("redlock: request dropped before it was sent")
+// errSkipped and errQueued mark requests dropped before they were sent.
+var (
+	errSkipped = fmt.Errorf("%w: the caller gave up before it was sent", errNoReply)
+	errQueued  = fmt.Errorf("%w: waited in the queue past its deadline: %w", errNoReply, context.DeadlineExceeded)
+)
 
-// exec sends batch as one pipeline (or a single command when pipe is nil)
-// and delivers every reply.
-func (n *node) exec(batch []*request, pipe redis.Pipeliner) {
+// exec sends batch as one pipeline on lane l and delivers every reply.
+func (n *node) exec(l *lane, batch []*request) {
 	now := time.Now()
 	var at time.Time
 	live := 0
+	scripts := false
 	for _, r := range batch {
 		if err := r.dropped(now); err != nil {
-			deliver(r, err)
+			n.deliver(r, 0, err)
 			continue
 		}
 		r.build(false)
-		if r.deadline.After(at) {
-			at = r.deadline
-		}
+		at = later(at, r.deadline)
+		scripts = scripts || r.kind != opAcquire
 		batch[live] = r
 		live++
 	}
@@ -268,15 +292,7 @@ func (n *node) exec(batch []*request, pipe redis.Pipeliner) {
 		return
 	}
 	ctx := deadlineCtx{context.Background(), at}
-	if !n.loaded.Load() {
-		for _, r := range batch {
-			if r.kind != opAcquire {
-				n.loadScripts(ctx)
-				break
-			}
-		}
-	}
-	n.run(ctx, batch, pipe)
+	n.run(ctx, l, batch, scripts && !n.loaded.Load())
 	retry := 0
 	for i, r := range batch {
 		if noScript(r.cmd.Err()) {
@@ -291,35 +307,94 @@ func (n *node) exec(batch []*request, pipe redis.Pipeliner) {
 		// one lock's requests (an Extend never runs after the Release that
 		// followed it).
 		n.loaded.Store(false)
-		n.loadScripts(ctx)
 		for _, r := range batch[:retry] {
 			r.build(false)
 		}
-		n.run(ctx, batch[:retry], pipe)
+		n.run(ctx, l, batch[:retry], true)
 		for _, r := range batch[:retry] {
 			if noScript(r.cmd.Err()) { // could not load: EVAL, one by one
 				r.build(true)
-				n.run(ctx, []*request{r}, nil)
+				n.run(ctx, l, []*request{r}, false)
 			}
 		}
 	}
 	for _, r := range batch {
 		v, err := r.result()
-		deliverVal(r, v, err)
+		n.deliver(r, v, err)
 	}
 }
 
-func (n *node) run(ctx context.Context, batch []*request, pipe redis.Pipeliner) {
-	if pipe == nil || len(batch) == 1 {
-		for _, r := range batch {
-			_ = n.rdb.Process(ctx, r.cmd)
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// idleConn is how long a lane's own connection may sit unused before the
+// lane gives it back to the client's pool and takes one through the pool's
+// health check: after a pause, the master may have restarted.
+const idleConn = 100 * time.Millisecond
+
+// run sends batch on l's connection and reads the replies into the
+// requests' commands. With load set, it first loads every script (see
+// loadScripts), in the same pipeline where it can.
+func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
+	if l.conn != nil && time.Since(l.used) > idleConn {
+		l.conn.Close()
+		l.conn, l.pipe = nil, nil
+	}
+	if l.pipe == nil {
+		if c, ok := n.rdb.(*redis.Client); ok {
+			l.conn = c.Conn()
+			l.pipe = l.conn.Pipeline()
+		} else {
+			l.pipe = n.rdb.Pipeline()
 		}
+	}
+	var loads [len(scripts)]*redis.Cmd
+	if load && l.conn == nil {
+		n.loadScripts(ctx) // a Cluster: SCRIPT LOAD goes to every shard
+		load = false
+	}
+	switch {
+	case load:
+		for i, s := range scripts {
+			loads[i] = redis.NewCmd(ctx, "script", "load", s.src)
+			_ = l.pipe.Process(ctx, loads[i])
+		}
+		fallthrough
+	case len(batch) > 1:
+		for _, r := range batch {
+			_ = l.pipe.Process(ctx, r.cmd)
+		}
+		_, _ = l.pipe.Exec(ctx)
+	case l.conn != nil: // one command: Process spares the pipeline's slice
+		_ = l.conn.Process(ctx, batch[0].cmd)
+	default:
+		_ = n.rdb.Process(ctx, batch[0].cmd)
+	}
+	if load {
+		ok := true
+		for _, c := range loads {
+			ok = ok && c.Err() == nil
+		}
+		n.loaded.Store(ok)
+	}
+	if l.conn == nil {
 		return
 	}
+	l.used = time.Now()
 	for _, r := range batch {
-		_ = pipe.Process(ctx, r.cmd)
+		var rerr redis.Error
+		if err := r.cmd.Err(); err != nil && !errors.As(err, &rerr) {
+			// A network error or a timeout: the connection may still carry
+			// replies we will never read. Give it back and take another.
+			l.conn.Close()
+			l.conn, l.pipe = nil, nil
+			return
+		}
 	}
-	_, _ = pipe.Exec(ctx)
 }
 
 // loadScripts loads every script on the master (on every shard of a
@@ -345,17 +420,19 @@ func (r *request) dropped(now time.Time) error {
 	default:
 	}
 	if !now.Before(r.deadline) {
-		return fmt.Errorf("%w: waited in the queue past the node timeout", context.DeadlineExceeded)
+		return errQueued
 	}
 	return nil
 }
 
-func deliver(r *request, err error) { deliverVal(r, 0, err) }
-
-func deliverVal(r *request, v int64, err error) {
-	if r.rd != nil {
-		r.rd.replies <- reply{idx: r.idx, val: v, err: err}
+// deliver hands r's reply to its round and r back to the pool.
+func (n *node) deliver(r *request, v int64, err error) {
+	if rd := r.rd; rd != nil {
+		rd.replies <- reply{idx: r.idx, val: v, err: err}
+		rd.unref()
 	}
+	*r = request{}
+	n.reqs.Put(r)
 }
 
 // addrOf names a master in errors by the address its client knows.

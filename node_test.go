@@ -7,37 +7,48 @@ import (
 	"time"
 )
 
-// TestBatchDeliversEachReplyOnce sends one pipeline mixing acquires and
-// scripts the master has never seen (NOSCRIPT, then EVAL), and checks every
-// request gets exactly its own answer once.
-func TestBatchDeliversEachReplyOnce(t *testing.T) {
-	ms, cs := minis(t, 1)
-	var wg sync.WaitGroup
-	n := newNode(cs[0], "m", false, &wg)
-	defer func() { n.close(); wg.Wait() }()
-	ms[0].Set("mine", "tok")
-	ms[0].Set("theirs", "other")
-	rd := &round{replies: make(chan reply, 16)}
-	deadline := time.Now().Add(time.Second)
-	reqs := []*request{
-		{kind: opRelease, key: "mine", token: "tok"},                // nil
-		{kind: opAcquire, key: "free", token: "tok", ttlMs: 1000},   // nil
-		{kind: opRelease, key: "theirs", token: "tok"},              // ErrTaken
-		{kind: opAcquire, key: "theirs", token: "tok", ttlMs: 1000}, // ErrTaken
-		{kind: opExtend, key: "absent", token: "tok", ttlMs: 1000},  // nil (re-taken)
-		{kind: opRelease, key: "nothing", token: "tok"},             // errAbsent
+// exec runs reqs as one batch on master 0's first lane, as its worker would,
+// and returns each request's answer by position.
+func execBatch(t *testing.T, c *Client, reqs []op) []error {
+	t.Helper()
+	// A round sized for the batch (a client's rounds hold N replies), with
+	// a pool of its own.
+	rd := &round{replies: make(chan reply, len(reqs)), pool: &sync.Pool{}}
+	rd.refs.Store(1)
+	defer rd.done()
+	batch := make([]*request, len(reqs))
+	for i := range reqs {
+		r := c.requests.Get().(*request)
+		r.op = reqs[i]
+		r.idx, r.rd = i, rd
+		if r.deadline.IsZero() {
+			r.deadline = time.Now().Add(time.Second)
+		}
+		rd.refs.Add(1)
+		batch[i] = r
 	}
-	want := []error{nil, nil, ErrTaken, ErrTaken, nil, errAbsent}
-	for i, r := range reqs {
-		r.idx, r.rd, r.deadline = i, rd, deadline
+	n := c.nodes[0]
+	l := &n.lanes[0]
+	l.mu.Lock()
+	for l.running || !l.waiting { // the worker parked: the lane is ours
+		l.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		l.mu.Lock()
 	}
-	n.exec(append([]*request(nil), reqs...), cs[0].Pipeline())
-	got := map[int]error{}
+	l.running = true
+	l.mu.Unlock()
+	n.exec(l, batch)
+	l.mu.Lock()
+	l.running = false
+	l.mu.Unlock()
+	got := make([]error, len(reqs))
+	seen := make([]bool, len(reqs))
 	for range reqs {
 		r := <-rd.replies
-		if _, dup := got[r.idx]; dup {
+		if seen[r.idx] {
 			t.Fatalf("request %d answered twice", r.idx)
 		}
+		seen[r.idx] = true
 		got[r.idx] = r.err
 	}
 	select {
@@ -45,9 +56,31 @@ func TestBatchDeliversEachReplyOnce(t *testing.T) {
 		t.Fatalf("extra reply %+v", r)
 	default:
 	}
+	return got
+}
+
+// TestBatchDeliversEachReplyOnce sends one pipeline mixing acquires and
+// scripts the master has never seen, and checks every request gets exactly
+// its own answer once.
+func TestBatchDeliversEachReplyOnce(t *testing.T) {
+	ms, cs := minis(t, 1)
+	c := newClient(t, cs)
+	ms[0].Set("mine", "tok")
+	ms[0].Set("theirs", "other")
+	reqs := []op{
+		newOp(opRelease, "mine", "", "tok", 0, 0),                // nil
+		newOp(opAcquire, "free", "", "tok", 1000, 0),             // nil
+		newOp(opRelease, "theirs", "", "tok", 0, 0),              // ErrTaken
+		newOp(opAcquire, "theirs", "", "tok", 1000, 0),           // ErrTaken
+		newOp(opExtend, "absent", "", "tok", 1000, 0),            // nil (re-taken)
+		newOp(opRelease, "nothing", "", "tok", 0, 0),             // errAbsent
+		newOp(opAcquireFenced, "f", "{f}:fence", "tok", 1000, 0), // nil, counter 1
+	}
+	want := []error{nil, nil, ErrTaken, ErrTaken, nil, errAbsent, nil}
+	got := execBatch(t, c, reqs)
 	for i, w := range want {
 		if got[i] != w {
-			t.Errorf("request %d (%v %s): got %v, want %v", i, reqs[i].kind, reqs[i].key, got[i], w)
+			t.Errorf("request %d (%v %v): got %v, want %v", i, reqs[i].kind, reqs[i].key, got[i], w)
 		}
 	}
 }
@@ -56,19 +89,16 @@ func TestBatchDeliversEachReplyOnce(t *testing.T) {
 // caller gave up, or whose node timeout passed while it waited, is not sent.
 func TestQueuedRequestsHonourDeadlineAndContext(t *testing.T) {
 	ms, cs := minis(t, 1)
-	var wg sync.WaitGroup
-	n := newNode(cs[0], "m", false, &wg)
-	defer func() { n.close(); wg.Wait() }()
+	c := newClient(t, cs)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rd := &round{replies: make(chan reply, 2)}
-	n.exec([]*request{
-		{kind: opAcquire, key: "a", token: "t", ttlMs: 1000, deadline: time.Now().Add(time.Second), done: ctx.Done(), rd: rd, idx: 0},
-		{kind: opAcquire, key: "b", token: "t", ttlMs: 1000, deadline: time.Now().Add(-time.Millisecond), rd: rd, idx: 1},
-	}, cs[0].Pipeline())
-	for range 2 {
-		if r := <-rd.replies; r.err == nil {
-			t.Fatalf("request %d was sent", r.idx)
+	a := newOp(opAcquire, "a", "", "t", 1000, 0)
+	a.done = ctx.Done()
+	b := newOp(opAcquire, "b", "", "t", 1000, 0)
+	b.deadline = time.Now().Add(-time.Millisecond)
+	for i, err := range execBatch(t, c, []op{a, b}) {
+		if err == nil {
+			t.Fatalf("request %d was sent", i)
 		}
 	}
 	if ms[0].Exists("a") || ms[0].Exists("b") {
@@ -85,19 +115,14 @@ func TestScriptsLoadedBeforeFirstUse(t *testing.T) {
 	if err := cs[0].ScriptLoad(ctx, releaseScript.src).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	n := newNode(cs[0], "m", false, &wg)
-	defer func() { n.close(); wg.Wait() }()
+	c := newClient(t, cs)
 	ms[0].Set("k", "tok")
-	rd := &round{replies: make(chan reply, 2)}
-	deadline := time.Now().Add(time.Second)
-	n.exec([]*request{
-		{kind: opExtend, key: "k", token: "tok", ttlMs: 60000, deadline: deadline, rd: rd, idx: 0},
-		{kind: opRelease, key: "k", token: "tok", deadline: deadline, rd: rd, idx: 1},
-	}, cs[0].Pipeline())
-	for range 2 {
-		if r := <-rd.replies; r.err != nil {
-			t.Fatalf("request %d: %v", r.idx, r.err)
+	for i, err := range execBatch(t, c, []op{
+		newOp(opExtend, "k", "", "tok", 60000, 0),
+		newOp(opRelease, "k", "", "tok", 0, 0),
+	}) {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
 		}
 	}
 	if ms[0].Exists("k") {
@@ -113,10 +138,16 @@ func TestRaiseDropsMastersNotRaised(t *testing.T) {
 	ms[0].Set("k", "tok")
 	ms[1].Set("k", "tok")
 	ms[2].Set("k", "other") // lost between the acquire and the raise
-	out := &outcome{nodes: make([]NodeError, 3), vals: []int64{10, 1, 1}, ok: 3}
-	fence := c.raise(context.Background(), out, request{key: "k", ckey: "{k}:fence", token: "tok"}, time.Second)
-	if fence != 10 || out.ok != 2 || out.nodes[2].Err == nil || out.nodes[1].Err != nil {
-		t.Fatalf("fence %d ok %d nodes %v", fence, out.ok, out.nodes)
+	rd := c.round()
+	defer rd.done()
+	copy(rd.vals, []int64{10, 1, 1})
+	for i := range rd.nodes {
+		rd.nodes[i].Err = nil
+	}
+	rd.ok = 3
+	fence := c.raise(context.Background(), rd, &Lock{full: "k", ckey: "{k}:fence", token: "tok"}, time.Second)
+	if fence != 10 || rd.ok != 2 || rd.nodes[2].Err == nil || rd.nodes[1].Err != nil {
+		t.Fatalf("fence %d ok %d nodes %v", fence, rd.ok, rd.nodes)
 	}
 	if v, _ := ms[1].Get("{k}:fence"); v != "10" {
 		t.Fatalf("master 1's counter %q, want 10", v)

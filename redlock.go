@@ -18,6 +18,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ type Client struct {
 	closing chan struct{}  // closed when Close starts
 
 	sharded bool // a master shards keys by hash slot (Cluster, Ring)
+
+	// Pools for the hot path; see round.go.
+	rounds, requests, timers sync.Pool
 }
 
 // New returns a Client for the Redlock algorithm over N independent masters:
@@ -86,8 +90,9 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 		case *redis.ClusterClient, *redis.Ring:
 			c.sharded = true
 		}
-		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.wg))
+		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.requests, &c.wg))
 	}
+	c.initPools()
 	return c, nil
 }
 
@@ -157,11 +162,26 @@ func obtainOptions(opts []ObtainOption) (obtainConfig, error) {
 // obtain is Obtain after validation.
 func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (*Lock, error) {
 	var timer *time.Timer
+	var last error
 	for n := 1; ; n++ {
+		if last != nil && ctx.Err() != nil {
+			// The wait ended with the context: report the last attempt,
+			// with its masters' answers.
+			return nil, fmt.Errorf("%w: %w", last, context.Cause(ctx))
+		}
 		lock, err := c.attempt(ctx, key, ttl)
 		if err == nil {
 			return lock, nil
 		}
+		if last != nil && !answered(err) {
+			// The deadline cut this attempt short before any master
+			// answered: the one before says more (who holds the lock).
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %w", last, context.Cause(ctx))
+			}
+			err = last
+		}
+		last = err
 		wait, ok := oc.retry.wait(n)
 		if !ok {
 			return nil, err
@@ -181,6 +201,21 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 		case <-timer.C:
 		}
 	}
+}
+
+// answered reports whether any master answered the attempt that failed with
+// err.
+func answered(err error) bool {
+	var qe *QuorumError
+	if !errors.As(err, &qe) {
+		return false
+	}
+	for _, n := range qe.Nodes {
+		if !errors.Is(n.Err, errNoReply) {
+			return true
+		}
+	}
+	return false
 }
 
 // check validates what every lock operation takes, and rounds ttl up to a
@@ -225,221 +260,60 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
-	req := request{kind: opAcquire, key: c.cfg.keyPrefix + key, token: newToken(), ttlMs: ttl.Milliseconds()}
+	l := &Lock{c: c, key: key, full: c.cfg.keyPrefix + key, token: newToken(), ttl: ttl, obtained: start}
+	kind := opAcquire
 	if c.cfg.fencing {
-		req.kind, req.ckey = opAcquireFenced, counterKey(req.key)
+		kind, l.ckey = opAcquireFenced, counterKey(l.full)
 	}
-	out := c.fanout(ctx, req, timeout)
-	var fence int64
-	if c.cfg.fencing && out.ok >= c.quorum {
-		fence = c.raise(ctx, out, req, timeout)
+	rd := c.fanout(ctx, newOp(kind, l.full, l.ckey, l.token, ttl.Milliseconds(), 0), timeout)
+	defer rd.done()
+	if c.cfg.fencing && rd.ok >= c.quorum {
+		l.fence = c.raise(ctx, rd, l, timeout)
 	}
 	lapsed := false
-	if out.ok >= c.quorum {
+	if rd.ok >= c.quorum {
 		until := start.Add(ttl - c.cfg.drift(ttl))
 		if time.Now().Before(until) {
-			l := &Lock{c: c, key: key, full: req.key, ckey: req.ckey, token: req.token, fence: fence, ttl: ttl, obtained: start}
 			l.until.Store(int64(until.Sub(c.epoch)))
 			return l, nil
 		}
 		lapsed = true
 	}
-	c.undo(ctx, out, req.key, req.token, timeout)
+	c.undo(ctx, rd, l.full, l.token, timeout)
 	if lapsed {
-		for i := range out.nodes {
-			if out.nodes[i].Err == nil {
-				out.nodes[i].Err = errLapsed
+		for i := range rd.nodes {
+			if rd.nodes[i].Err == nil {
+				rd.nodes[i].Err = errLapsed
 			}
 		}
 	}
-	return nil, &QuorumError{Op: "obtain", Quorum: c.quorum, Nodes: out.nodes, kind: ErrNotObtained}
+	return nil, c.quorumError("obtain", rd, ErrNotObtained)
 }
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)
-
-// raise makes the fence of a fenced acquire that reached quorum: the largest
-// counter among the masters that acquired. It raises the lower counters to
-// it; a master whose counter could not be raised no longer counts toward
-// the quorum (out.ok drops), so every master that counts carries at least
-// the fence, and any later quorum, which shares a master with this one,
-// draws a larger fence.
-func (c *Client) raise(ctx context.Context, out *outcome, req request, timeout time.Duration) int64 {
-	var fence int64
-	for i := range out.nodes {
-		if out.nodes[i].Err == nil {
-			fence = max(fence, out.vals[i])
-		}
-	}
-	rd := &round{replies: make(chan reply, len(c.nodes))}
-	deadline := time.Now().Add(timeout)
-	sent := 0
-	for i, n := range c.nodes {
-		if out.nodes[i].Err == nil && out.vals[i] < fence {
-			n.send(&request{kind: opRaise, key: req.key, ckey: req.ckey, token: req.token, fence: fence,
-				deadline: deadline, done: ctx.Done(), rd: rd, idx: i})
-			sent++
-		}
-	}
-	failed := func(i int, err error) {
-		out.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, err)
-		out.ok--
-	}
-	if sent == 0 {
-		return fence
-	}
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	answered := make([]bool, len(c.nodes))
-	for ; sent > 0; sent-- {
-		select {
-		case r := <-rd.replies:
-			answered[r.idx] = true
-			if r.err != nil {
-				failed(r.idx, r.err)
-			}
-			continue
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		break
-	}
-	for i := range c.nodes {
-		if out.nodes[i].Err == nil && out.vals[i] < fence && !answered[i] {
-			failed(i, errNoReply)
-		}
-	}
-	return fence
-}
-
-// counterKey names the fence counter of a lock key, in the same Redis
-// Cluster hash slot: a key with a hash tag keeps it ("{user:1}:job" ->
-// "{user:1}:job:fence"), a key without one becomes the tag ("job" ->
-// "{job}:fence"). A key with a '}' but no valid tag cannot be tagged that
-// way; [Client.check] rejects it on a Cluster.
-func counterKey(key string) string {
-	if hasTag(key) || strings.IndexByte(key, '}') >= 0 {
-		return key + ":fence"
-	}
-	return "{" + key + "}:fence"
-}
-
-// hasTag reports whether key has a Redis Cluster hash tag: a '{' followed
-// later by a '}' with at least one byte between them.
-func hasTag(key string) bool {
-	i := strings.IndexByte(key, '{')
-	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
-}
 
 // undo releases a failed attempt's key on every master that did not answer
 // "held by another owner": those that agreed, and the silent ones whose SET
 // may have landed or may land late. It waits only for the masters that
 // answered the attempt, which are alive; the others' releases finish in the
 // background.
-func (c *Client) undo(ctx context.Context, out *outcome, key, token string, timeout time.Duration) {
-	rd := &round{replies: make(chan reply, len(c.nodes))}
-	deadline := time.Now().Add(timeout)
-	wait := 0
-	for i, n := range c.nodes {
-		err := out.nodes[i].Err
-		if err == ErrTaken {
-			continue
-		}
-		r := &request{kind: opRelease, key: key, token: token, deadline: deadline, idx: i}
-		if err == nil || err == errAbsent { // answered promptly: alive
-			r.rd = rd
-			wait++
-		}
-		n.send(r)
-	}
-	if wait == 0 {
-		return
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for ; wait > 0; wait-- {
-		select {
-		case <-rd.replies:
-		case <-t.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// An outcome is what the masters answered to one round, as far as the
-// caller waited.
-type outcome struct {
-	rd          *round
-	nodes       []NodeError // Err nil: agreed; errNoReply: still pending
-	vals        []int64     // fence counters of a fenced acquire
-	ok, refused int
-}
-
-// fanout sends req to every master at once and collects replies until the
-// outcome is decided: a quorum agreed, or refusals and failures leave too
-// few masters to reach one, or the node timeout or ctx ended. Requests
-// still in flight then finish in the background.
-func (c *Client) fanout(ctx context.Context, req request, timeout time.Duration) *outcome {
-	n := len(c.nodes)
-	out := &outcome{rd: &round{replies: make(chan reply, n)}, nodes: make([]NodeError, n), vals: make([]int64, n)}
-	req.deadline = time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(req.deadline) {
-		req.deadline = d
-	}
-	req.done, req.rd = ctx.Done(), out.rd
-	for i, nd := range c.nodes {
-		out.nodes[i] = NodeError{Addr: nd.addr, Err: errNoReply}
-	}
-	for i, nd := range c.nodes {
-		r := req
-		r.idx = i
-		nd.send(&r)
-	}
-	failed := 0
-	var t *time.Timer
-	var tc <-chan time.Time
-	for pending := n; pending > 0 && out.ok < c.quorum && out.refused+failed <= n-c.quorum; pending-- {
-		var r reply
-		select {
-		case r = <-out.rd.replies:
+func (c *Client) undo(ctx context.Context, rd *round, key, token string, timeout time.Duration) {
+	o := newOp(opRelease, key, "", token, 0, 0)
+	o.deadline = time.Now().Add(timeout)
+	wait := c.round()
+	defer wait.done()
+	n := 0
+	for i := range c.nodes {
+		switch err := rd.nodes[i].Err; {
+		case err == ErrTaken:
+		case err == nil || err == errAbsent: // answered promptly: alive
+			c.send(i, &o, wait)
+			n++
 		default:
-			if t == nil {
-				t = time.NewTimer(time.Until(req.deadline))
-				defer t.Stop()
-				tc = t.C
-			}
-			select {
-			case r = <-out.rd.replies:
-			case <-tc:
-				out.expire(fmt.Errorf("timed out after %v: %w", timeout, context.DeadlineExceeded))
-				return out
-			case <-ctx.Done():
-				out.expire(context.Cause(ctx))
-				return out
-			}
-		}
-		out.nodes[r.idx].Err = r.err
-		out.vals[r.idx] = r.val
-		switch r.err {
-		case nil:
-			out.ok++
-		case ErrTaken, errAbsent:
-			out.refused++
-		default:
-			failed++
+			c.send(i, &o, nil)
 		}
 	}
-	return out
-}
-
-// expire marks every master that has not answered with err.
-func (o *outcome) expire(err error) {
-	for i := range o.nodes {
-		if o.nodes[i].Err == errNoReply {
-			o.nodes[i].Err = fmt.Errorf("%w (%w)", errNoReply, err)
-		}
-	}
+	c.collect(ctx, wait, n, o.deadline, timeout, false)
 }
 
 // newToken returns 128 random bits from crypto/rand, URL-safe base64.

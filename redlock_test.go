@@ -240,17 +240,62 @@ func TestExtendRetakesVanishedKey(t *testing.T) {
 	if got := get(t, clients[0], "k"); got != "" {
 		t.Fatalf("restarted master still has %q", got)
 	}
-	// Requests on the restarted master's old pooled connections fail once
-	// each; Extend until one reaches it.
+	// The first Extend after the restart re-takes the key: the connection
+	// that went dead with the old process is not reused.
+	time.Sleep(200 * time.Millisecond)
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, func() error {
-		if err := l.Extend(ctx, time.Minute); err != nil {
-			return err
-		}
 		if got := get(t, clients[0], "k"); got != l.Token() {
 			return fmt.Errorf("restarted master holds %q after Extend, want our token", got)
 		}
 		return nil
 	})
+}
+
+// TestDeadlineKeepsDetail: Obtain retrying until its deadline reports who
+// holds the lock, even when the deadline cuts the last attempt short.
+func TestDeadlineKeepsDetail(t *testing.T) {
+	ctx := context.Background()
+	_, _, c := cluster(t, 3)
+	h, err := c.Obtain(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	for i := range 30 {
+		dctx, cancel := context.WithTimeout(ctx, time.Duration(30+i)*time.Millisecond)
+		_, err := c.Obtain(dctx, "k", time.Second, redlock.WithRetry(redlock.LinearBackoff(3*time.Millisecond)))
+		cancel()
+		var qe *redlock.QuorumError
+		if !errors.As(err, &qe) || !errors.Is(err, redlock.ErrNotObtained) || !errors.Is(err, redlock.ErrTaken) {
+			t.Fatalf("try %d: %v: want a QuorumError that says the lock is taken", i, err)
+		}
+	}
+}
+
+// TestScriptsLoadInTheSamePipeline: the first script request to a master
+// loads every script and runs in one round trip, so a slow master (round
+// trip over a sixth of the node timeout) can still release.
+func TestScriptsLoadInTheSamePipeline(t *testing.T) {
+	ctx := context.Background()
+	servers := startServers(t, 1)
+	clients := clientsOf(t, servers)
+	trips := &pipelineCounter{}
+	clients[0].AddHook(trips)
+	c := newClient(t, clients)
+	l, err := c.Obtain(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := trips.trips.Load()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := trips.trips.Load() - before; got != 1 {
+		t.Fatalf("the first Release took %d round trips, want 1", got)
+	}
 }
 
 func TestExtendAndReleaseAfterTakeover(t *testing.T) {

@@ -8,7 +8,7 @@ package redlock
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
-var scripts = []*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript}
+var scripts = [...]*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it.
 type script struct {

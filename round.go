@@ -1,0 +1,167 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A round is one op sent to several masters, and what they answered. The
+// replies come back on one channel buffered to N, so no node ever blocks on
+// a caller that has decided and gone. Rounds are pooled: a round goes back
+// to the pool when its caller is done with it and every request sent with
+// it has been answered (a straggler may answer long after the caller
+// decided).
+type round struct {
+	replies chan reply
+	refs    atomic.Int32 // the caller's, plus one per request not yet answered
+	pool    *sync.Pool
+
+	// The outcome, read and written by the caller only.
+	nodes               []NodeError // Err nil: agreed; errNoReply: not answered (yet)
+	vals                []int64     // fence counters of a fenced acquire
+	ok, refused, failed int
+}
+
+type reply struct {
+	idx int
+	val int64 // the fence counter, for opAcquireFenced
+	err error // nil: agreed; ErrTaken or errAbsent: refused; else failed
+}
+
+// round takes a round from the pool, every master marked not answered.
+func (c *Client) round() *round {
+	rd := c.rounds.Get().(*round)
+	rd.refs.Store(1)
+	rd.ok, rd.refused, rd.failed = 0, 0, 0
+	for i, n := range c.nodes {
+		rd.nodes[i] = NodeError{Addr: n.addr, Err: errNoReply}
+		rd.vals[i] = 0
+	}
+	return rd
+}
+
+func (c *Client) newRound() any {
+	n := len(c.nodes)
+	return &round{replies: make(chan reply, n), pool: &c.rounds, nodes: make([]NodeError, n), vals: make([]int64, n)}
+}
+
+// done is the caller's release of the round.
+func (rd *round) done() { rd.unref() }
+
+func (rd *round) unref() {
+	if rd.refs.Add(-1) == 0 {
+		for len(rd.replies) > 0 {
+			<-rd.replies
+		}
+		rd.pool.Put(rd)
+	}
+}
+
+// send sends o to master i on behalf of rd (nil: nobody waits).
+func (c *Client) send(i int, o *op, rd *round) {
+	r := c.requests.Get().(*request)
+	r.op = *o
+	r.idx, r.rd = i, rd
+	if rd != nil {
+		rd.refs.Add(1)
+	}
+	c.nodes[i].send(r)
+}
+
+// fanout sends o to every master at once and collects replies until the
+// outcome is decided: a quorum agreed, or refusals and failures leave too
+// few masters to reach one, or the node timeout or ctx ended. Requests still
+// in flight then finish in the background. The caller calls rd.done.
+func (c *Client) fanout(ctx context.Context, o op, timeout time.Duration) *round {
+	rd := c.round()
+	o.deadline = time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(o.deadline) {
+		o.deadline = d
+	}
+	o.done = ctx.Done()
+	for i := range c.nodes {
+		c.send(i, &o, rd)
+	}
+	c.collect(ctx, rd, len(c.nodes), o.deadline, timeout, true)
+	return rd
+}
+
+// collect reads up to pending replies into rd, and stops early when decided
+// is set and the quorum is reached or out of reach, or at the deadline, or
+// when ctx ends; the masters still silent then get an error saying so.
+func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline time.Time, timeout time.Duration, decided bool) {
+	n, q := len(c.nodes), c.quorum
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+			c.timers.Put(t)
+		}
+	}()
+	for ; pending > 0; pending-- {
+		if decided && (rd.ok >= q || rd.refused+rd.failed > n-q) {
+			return
+		}
+		var r reply
+		select {
+		case r = <-rd.replies:
+		default:
+			if t == nil {
+				t = c.timers.Get().(*time.Timer)
+				t.Reset(time.Until(deadline))
+			}
+			select {
+			case r = <-rd.replies:
+			case <-t.C:
+				if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
+					rd.expire(context.DeadlineExceeded) // the caller's deadline
+				} else {
+					rd.expire(fmt.Errorf("timed out after %v: %w", timeout, context.DeadlineExceeded))
+				}
+				return
+			case <-ctx.Done():
+				rd.expire(context.Cause(ctx))
+				return
+			}
+		}
+		rd.nodes[r.idx].Err = r.err
+		rd.vals[r.idx] = r.val
+		switch r.err {
+		case nil:
+			rd.ok++
+		case ErrTaken, errAbsent:
+			rd.refused++
+		default:
+			rd.failed++
+		}
+	}
+}
+
+// expire marks every master that has not answered with err.
+func (rd *round) expire(err error) {
+	for i := range rd.nodes {
+		if rd.nodes[i].Err == errNoReply {
+			rd.nodes[i].Err = fmt.Errorf("%w (%w)", errNoReply, err)
+		}
+	}
+}
+
+// quorumError reports rd's outcome; kind is ErrNotObtained, ErrLockLost or
+// nil.
+func (c *Client) quorumError(op string, rd *round, kind error) *QuorumError {
+	return &QuorumError{Op: op, Quorum: c.quorum, Nodes: slices.Clone(rd.nodes), kind: kind}
+}
+
+func (c *Client) initPools() {
+	c.rounds.New = c.newRound
+	c.requests.New = func() any { return new(request) }
+	c.timers.New = func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}
+}
