@@ -14,10 +14,9 @@ import (
 type Lock struct {
 	c     *Client
 	key   string // as the caller named it
-	full  string // with the client's prefix: the key in Redis
-	ckey  string // the fence counter; "" without fencing
 	token string
 	fence int64
+	op    op // the acquire: its key and token boxed once for every request
 	// obtained is when the winning attempt started, for WithMaxHold.
 	obtained time.Time
 
@@ -84,7 +83,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
 	}
 	start := time.Now()
-	rd := c.fanout(ctx, newOp(opExtend, l.full, l.ckey, l.token, ttl.Milliseconds(), l.fence), c.cfg.timeout(ttl))
+	rd := c.fanout(ctx, l.extendOp(ttl), c.cfg.timeout(ttl))
 	defer rd.done()
 	if rd.ok >= c.quorum {
 		until := start.Add(ttl - c.cfg.drift(ttl))
@@ -125,7 +124,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.until.Store(0)
-	rd := c.fanout(ctx, newOp(opRelease, l.full, "", l.token, 0, 0), c.cfg.timeout(l.ttl))
+	rd := c.fanout(ctx, l.op.with(opRelease, 0, 0), c.cfg.timeout(l.ttl))
 	defer rd.done()
 	if rd.ok >= c.quorum {
 		return nil
@@ -134,4 +133,10 @@ func (l *Lock) release(ctx context.Context) error {
 		return c.quorumError("release", rd, ErrLockLost)
 	}
 	return c.quorumError("release", rd, nil)
+}
+
+func (l *Lock) extendOp(ttl time.Duration) op {
+	o := l.op.with(opExtend, 0, l.fence)
+	o.ttl = l.c.boxTTL(ttl)
+	return o
 }

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -59,14 +58,21 @@ type op struct {
 }
 
 func newOp(kind opKind, key, ckey, token string, ttlMs, fence int64) op {
-	o := op{kind: kind, key: key, token: token, keyStr: key}
+	o := op{key: key, token: token, keyStr: key}
 	if ckey != "" {
 		o.ckey = ckey
 	}
+	return o.with(kind, ttlMs, fence)
+}
+
+// with returns o for another kind of request on the same lock, reusing its
+// boxed key and token.
+func (o op) with(kind opKind, ttlMs, fence int64) op {
+	o.kind, o.ttl, o.fence = kind, nil, nil
 	if kind == opAcquire || kind == opAcquireFenced || kind == opExtend {
 		o.ttl = ttlMs
 	}
-	if kind == opRaise || (kind == opExtend && ckey != "") {
+	if kind == opRaise || (kind == opExtend && o.ckey != nil) {
 		o.fence = fence
 	}
 	return o
@@ -104,9 +110,9 @@ func (r *request) build(eval bool) {
 		s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
 	}
 	if eval {
-		a[0], a[1] = "eval", s.src
+		a[0], a[1] = "eval", s.srcArg
 	} else {
-		a[0], a[1] = "evalsha", s.sha
+		a[0], a[1] = "evalsha", s.shaArg
 	}
 	r.cmd = redis.NewCmd(context.Background(), a...)
 }
@@ -162,7 +168,8 @@ type lane struct {
 	// Owned by whoever runs the lane's batch (running is set).
 	conn *redis.Conn // the lane's own connection, for a *redis.Client master
 	pipe redis.Pipeliner
-	used time.Time // when conn last answered
+	used time.Time   // when conn last answered
+	ctx  deadlineCtx // the running batch's deadline
 }
 
 func newNode(rdb redis.UniversalClient, addr string, inline bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
@@ -262,7 +269,7 @@ type deadlineCtx struct {
 	at time.Time
 }
 
-func (c deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
 
 // errSkipped and errQueued mark requests dropped before they were sent.
 var (
@@ -291,7 +298,8 @@ func (n *node) exec(l *lane, batch []*request) {
 	if live == 0 {
 		return
 	}
-	ctx := deadlineCtx{context.Background(), at}
+	l.ctx = deadlineCtx{context.Background(), at}
+	ctx := &l.ctx // a pointer: no allocation to make it a context.Context
 	n.run(ctx, l, batch, scripts && !n.loaded.Load())
 	retry := 0
 	for i, r := range batch {
@@ -360,7 +368,7 @@ func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
 	switch {
 	case load:
 		for i, s := range scripts {
-			loads[i] = redis.NewCmd(ctx, "script", "load", s.src)
+			loads[i] = redis.NewCmd(ctx, "script", "load", s.srcArg)
 			_ = l.pipe.Process(ctx, loads[i])
 		}
 		fallthrough
@@ -386,8 +394,7 @@ func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
 	}
 	l.used = time.Now()
 	for _, r := range batch {
-		var rerr redis.Error
-		if err := r.cmd.Err(); err != nil && !errors.As(err, &rerr) {
+		if err := r.cmd.Err(); err != nil && !isReply(err) {
 			// A network error or a timeout: the connection may still carry
 			// replies we will never read. Give it back and take another.
 			l.conn.Close()
@@ -395,6 +402,13 @@ func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
 			return
 		}
 	}
+}
+
+// isReply reports whether err is the master's answer (an error reply, or
+// nil) rather than a failure to get one. go-redis returns replies unwrapped.
+func isReply(err error) bool {
+	_, ok := err.(redis.Error)
+	return ok
 }
 
 // loadScripts loads every script on the master (on every shard of a

@@ -145,7 +145,8 @@ func TestRaiseDropsMastersNotRaised(t *testing.T) {
 		rd.nodes[i].Err = nil
 	}
 	rd.ok = 3
-	fence := c.raise(context.Background(), rd, &Lock{full: "k", ckey: "{k}:fence", token: "tok"}, time.Second)
+	l := &Lock{op: newOp(opAcquireFenced, "k", "{k}:fence", "tok", 1000, 0)}
+	fence := c.raise(context.Background(), rd, l, time.Second)
 	if fence != 10 || rd.ok != 2 || rd.nodes[2].Err == nil || rd.nodes[1].Err != nil {
 		t.Fatalf("fence %d ok %d nodes %v", fence, rd.ok, rd.nodes)
 	}

@@ -48,6 +48,7 @@ type Client struct {
 
 	// Pools for the hot path; see round.go.
 	rounds, requests, timers sync.Pool
+	ttlBox                   atomic.Pointer[boxedTTL]
 }
 
 // New returns a Client for the Redlock algorithm over N independent masters:
@@ -146,7 +147,10 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 }
 
 func obtainOptions(opts []ObtainOption) (obtainConfig, error) {
-	oc := obtainConfig{retry: NoRetry()}
+	if len(opts) == 0 {
+		return obtainConfig{retry: noRetry}, nil
+	}
+	oc := obtainConfig{retry: noRetry}
 	for _, o := range opts {
 		if o == nil {
 			return oc, invalid("nil obtain option")
@@ -260,12 +264,14 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
-	l := &Lock{c: c, key: key, full: c.cfg.keyPrefix + key, token: newToken(), ttl: ttl, obtained: start}
-	kind := opAcquire
+	l := &Lock{c: c, key: key, token: newToken(), ttl: ttl, obtained: start}
+	full, kind, ckey := c.cfg.keyPrefix+key, opAcquire, ""
 	if c.cfg.fencing {
-		kind, l.ckey = opAcquireFenced, counterKey(l.full)
+		kind, ckey = opAcquireFenced, counterKey(full)
 	}
-	rd := c.fanout(ctx, newOp(kind, l.full, l.ckey, l.token, ttl.Milliseconds(), 0), timeout)
+	l.op = newOp(kind, full, ckey, l.token, 0, 0)
+	l.op.ttl = c.boxTTL(ttl)
+	rd := c.fanout(ctx, l.op, timeout)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
 		l.fence = c.raise(ctx, rd, l, timeout)
@@ -279,7 +285,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 		}
 		lapsed = true
 	}
-	c.undo(ctx, rd, l.full, l.token, timeout)
+	c.undo(ctx, rd, l.op, timeout)
 	if lapsed {
 		for i := range rd.nodes {
 			if rd.nodes[i].Err == nil {
@@ -292,13 +298,30 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)
 
+// boxTTL returns ttl in milliseconds as a command argument. Boxing an
+// int64 allocates; most callers use one TTL, so the last box is kept.
+func (c *Client) boxTTL(ttl time.Duration) any {
+	ms := ttl.Milliseconds()
+	if b := c.ttlBox.Load(); b != nil && b.ms == ms {
+		return b.arg
+	}
+	b := &boxedTTL{ms: ms, arg: ms}
+	c.ttlBox.Store(b)
+	return b.arg
+}
+
+type boxedTTL struct {
+	ms  int64
+	arg any
+}
+
 // undo releases a failed attempt's key on every master that did not answer
 // "held by another owner": those that agreed, and the silent ones whose SET
 // may have landed or may land late. It waits only for the masters that
 // answered the attempt, which are alive; the others' releases finish in the
 // background.
-func (c *Client) undo(ctx context.Context, rd *round, key, token string, timeout time.Duration) {
-	o := newOp(opRelease, key, "", token, 0, 0)
+func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.Duration) {
+	o := acquire.with(opRelease, 0, 0)
 	o.deadline = time.Now().Add(timeout)
 	wait := c.round()
 	defer wait.done()

@@ -17,7 +17,9 @@ type RetryStrategy interface {
 }
 
 // NoRetry makes one attempt. It is the default.
-func NoRetry() RetryStrategy { return limit{s: linear(0), attempts: 1} }
+func NoRetry() RetryStrategy { return noRetry }
+
+var noRetry RetryStrategy = limit{s: linear(0), attempts: 1} // immutable
 
 // LinearBackoff retries after about d each time: every wait is drawn
 // uniformly from [d/2, 3d/2), so contenders that failed together do not

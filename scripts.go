@@ -10,19 +10,22 @@ package redlock
 // scripts lists every script, for loading them all at once.
 var scripts = [...]*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript}
 
-// A script is a Lua source and its SHA1 digest as Redis names it.
+// A script is a Lua source and its SHA1 digest as Redis names it, each also
+// boxed once as a command argument, so that building a command allocates
+// neither.
 type script struct {
-	src string
-	sha string
+	src, sha       string
+	srcArg, shaArg any
 }
+
+func newScript(src, sha string) script { return script{src: src, sha: sha, srcArg: src, shaArg: sha} }
 
 // releaseScript deletes the lock only if we still own it.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	returns  1 deleted, 0 held by another owner, -1 key absent
-var releaseScript = script{
-	src: `local v = redis.call('GET', KEYS[1])
+var releaseScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('DEL', KEYS[1])
 	return 1
@@ -32,8 +35,7 @@ if v == false then
 end
 return 0
 `,
-	sha: "12bbe2660b1ddffae4cd5513562a030b74e9c337",
-}
+	"12bbe2660b1ddffae4cd5513562a030b74e9c337")
 
 // extendScript resets the lock's TTL if we still own it, and re-takes the key
 // where it has vanished (a restart or an eviction), so the quorum does not
@@ -44,8 +46,7 @@ return 0
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner
-var extendScript = script{
-	src: `local v = redis.call('GET', KEYS[1])
+var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
@@ -56,8 +57,7 @@ if v == false then
 end
 return 0
 `,
-	sha: "818145b6935858b8e3292869f97640e08a749a20",
-}
+	"818145b6935858b8e3292869f97640e08a749a20")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -67,14 +67,12 @@ return 0
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
 //	returns  the counter's new value (> 0) when taken, 0 when held by another owner
-var acquireFencedScript = script{
-	src: `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+var acquireFencedScript = newScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 	return redis.call('INCR', KEYS[2])
 end
 return 0
 `,
-	sha: "c5f2f8f95724c9915a2539a9fab35a59c4b36672",
-}
+	"c5f2f8f95724c9915a2539a9fab35a59c4b36672")
 
 // raiseScript raises a master's fence counter to the lock's fence, if the
 // lock there is still ours, so that every master counted in the quorum
@@ -85,8 +83,7 @@ return 0
 //	ARGV[1]  owner token
 //	ARGV[2]  the lock's fence
 //	returns  1 raised (or already at least the fence), 0 the lock is not ours there
-var raiseScript = script{
-	src: `if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+var raiseScript = newScript(`if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 	return 0
 end
 local f = tonumber(ARGV[2])
@@ -95,8 +92,7 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < f then
 end
 return 1
 `,
-	sha: "8ff51a7d171fbdba5f0a0cae09e480ea864da3cd",
-}
+	"8ff51a7d171fbdba5f0a0cae09e480ea864da3cd")
 
 // extendFencedScript is extendScript for fenced locks: re-taking a vanished
 // key also raises that master's counter to the lock's fence.
@@ -107,8 +103,7 @@ return 1
 //	ARGV[2]  TTL in milliseconds
 //	ARGV[3]  the lock's fence
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner
-var extendFencedScript = script{
-	src: `local v = redis.call('GET', KEYS[1])
+var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
@@ -122,8 +117,7 @@ if v == false then
 end
 return 0
 `,
-	sha: "29d40bf18ece37eea5622471ca1d4784f394113d",
-}
+	"29d40bf18ece37eea5622471ca1d4784f394113d")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
 // not lower than the highest fence the resource has seen.
@@ -132,13 +126,11 @@ return 0
 //	ARGV[1]  the writer's fence
 //	ARGV[2]  the value
 //	returns  {1, fence} written, {0, highest fence seen} refused as stale
-var fencedWriteScript = script{
-	src: `local high = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+var fencedWriteScript = newScript(`local high = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
 if tonumber(ARGV[1]) < high then
 	return {0, high}
 end
 redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
 return {1, tonumber(ARGV[1])}
 `,
-	sha: "070fa103a56999ecf54acc6cd4e0ad3462f2d071",
-}
+	"070fa103a56999ecf54acc6cd4e0ad3462f2d071")
