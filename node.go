@@ -23,8 +23,9 @@ import (
 // batch in flight at a time, so requests for one lock reach a master in the
 // order they were made: a Release sent after an Extend that returned at
 // quorum cannot overtake the Extend's straggler and be undone by it. On a
-// single master, a request made when its lane is idle goes out at once on
-// the caller's goroutine, so one caller pays no hand-off.
+// single master whose client bounds reads by the request's deadline, a
+// request made when its lane is idle goes out at once on the caller's
+// goroutine, so one caller pays no hand-off.
 //
 // For a standalone master (*redis.Client) each lane keeps a connection of
 // its own, taken from the client's pool (with its hooks), so a batch pays no
@@ -153,7 +154,7 @@ func noScript(err error) bool {
 type node struct {
 	rdb    redis.UniversalClient
 	addr   string
-	inl    bool        // requests may run on the caller's goroutine (one master)
+	inl    bool        // requests may run on the caller's goroutine (one master, bounded reads)
 	loaded atomic.Bool // every script is in the master's cache, as far as we know
 	reqs   *sync.Pool  // the client's pool of requests
 	lanes  [lanesPerNode]lane
@@ -174,8 +175,8 @@ type lane struct {
 	ctx  deadlineCtx // the running batch's deadline
 }
 
-func newNode(rdb redis.UniversalClient, addr string, inline bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
-	n := &node{rdb: rdb, addr: addr, inl: inline, reqs: reqs}
+func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs}
 	wg.Add(lanesPerNode)
 	for i := range n.lanes {
 		l := &n.lanes[i]
@@ -183,6 +184,21 @@ func newNode(rdb redis.UniversalClient, addr string, inline bool, reqs *sync.Poo
 		go n.work(l, wg)
 	}
 	return n
+}
+
+// boundedByDeadline reports whether rdb bounds a socket read by the
+// request's deadline (ContextTimeoutEnabled). Only then may a request run on
+// its caller's goroutine: otherwise a master that does not answer would hold
+// the caller for the client's ReadTimeout, past its node timeout. Sent by a
+// worker, the caller waits on its own timer instead.
+func boundedByDeadline(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // lane picks key's lane (FNV-1a).

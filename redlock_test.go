@@ -443,6 +443,35 @@ func TestMajorityDown(t *testing.T) {
 	}
 }
 
+// TestSingleFrozenIsBounded: one frozen master, a client whose socket reads
+// are bounded by its own ReadTimeout (1s) only: Obtain and Release still
+// return at the node timeout.
+func TestSingleFrozenIsBounded(t *testing.T) {
+	ctx := context.Background()
+	const timeout = 100 * time.Millisecond
+	servers, _, c := cluster(t, 1, redlock.WithNodeTimeout(timeout))
+	l, err := c.Obtain(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[0].Cont()
+	for _, call := range []func() error{
+		func() error { _, err := c.Obtain(ctx, "other", time.Minute); return err },
+		func() error { return l.Release(ctx) },
+	} {
+		start := time.Now()
+		if err := call(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call on a frozen master: %v, want a timeout", err)
+		}
+		if took := time.Since(start); took > 3*timeout {
+			t.Fatalf("call on a frozen master took %v with a %v node timeout", took, timeout)
+		}
+	}
+}
+
 func TestStranger(t *testing.T) {
 	for _, held := range []int{2, 3} {
 		t.Run(fmt.Sprintf("held on %d of 5", held), func(t *testing.T) {

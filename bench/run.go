@@ -82,7 +82,7 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 	}
 	masters := make([]redis.UniversalClient, cl.N)
 	for i, addr := range ms.addrs(cl.N) {
-		masters[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: cfg.PoolSize})
+		masters[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: cfg.PoolSize, ContextTimeoutEnabled: true})
 	}
 	defer func() {
 		for _, m := range masters {
