@@ -353,24 +353,31 @@ func TestExtendWithoutAnswersIsNotLost(t *testing.T) {
 	}
 }
 
+// takeDown kills ("killed") or freezes ("frozen", resumed at cleanup) the
+// servers.
+func takeDown(t *testing.T, how string, servers ...*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		var err error
+		if how == "killed" {
+			err = s.Kill()
+		} else {
+			err = s.Stop()
+			t.Cleanup(func() { s.Cont() })
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestMinorityDown(t *testing.T) {
 	for _, how := range []string{"killed", "frozen"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
 			const timeout = 2 * time.Second
 			servers, clients, c := cluster(t, 5, redlock.WithNodeTimeout(timeout))
-			for _, s := range servers[3:] {
-				var err error
-				if how == "killed" {
-					err = s.Kill()
-				} else {
-					err = s.Stop()
-					defer s.Cont()
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			takeDown(t, how, servers[3:]...)
 			start := time.Now()
 			l, err := c.Obtain(ctx, "k", time.Minute)
 			took := time.Since(start)
@@ -404,17 +411,8 @@ func TestMajorityDown(t *testing.T) {
 			down := map[string]bool{}
 			for _, s := range servers[2:] {
 				down[s.Addr()] = true
-				var err error
-				if how == "killed" {
-					err = s.Kill()
-				} else {
-					err = s.Stop()
-					defer s.Cont()
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
 			}
+			takeDown(t, how, servers[2:]...)
 			start := time.Now()
 			_, err := c.Obtain(ctx, "k", time.Minute)
 			took := time.Since(start)
