@@ -30,7 +30,7 @@ func (c *config) check() error {
 		return invalid("drift factor must be in [0, 1), got %v", c.driftFactor)
 	}
 	if c.nodeTimeout < 0 {
-		return invalid("node timeout must be > 0, got %v", c.nodeTimeout)
+		return invalid("node timeout must be > 0")
 	}
 	return nil
 }

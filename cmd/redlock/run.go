@@ -190,12 +190,6 @@ func (r *runner) obtain(lc *redlock.Client, sigs <-chan os.Signal) (*redlock.Loc
 		// is the expected outcome for all but one of many replicas.
 		r.errorf("lock %q not obtained: held by another owner; the command did not start", r.key)
 		return nil, exitNotObtained, false
-	case r.wait > 0 && errors.Is(err, context.DeadlineExceeded):
-		// The library reports the last attempt only, and --wait's end can
-		// cut that one short before any master answered "taken": a timeout
-		// then most likely means the wait ran out on a held lock.
-		r.errorf("lock %q not obtained within --wait %v; the command did not start: %v", r.key, r.wait, err)
-		return nil, exitNotObtained, false
 	default:
 		// No master said "taken": too few of them answered. That is a
 		// failure to report, not a lock to skip.
