@@ -264,7 +264,7 @@ func TestDeadlineKeepsDetail(t *testing.T) {
 	}
 	defer h.Release(ctx)
 	for i := range 30 {
-		dctx, cancel := context.WithTimeout(ctx, time.Duration(30+i)*time.Millisecond)
+		dctx, cancel := context.WithTimeout(ctx, time.Duration(100+i)*time.Millisecond)
 		_, err := c.Obtain(dctx, "k", time.Second, redlock.WithRetry(redlock.LinearBackoff(3*time.Millisecond)))
 		cancel()
 		var qe *redlock.QuorumError
