@@ -99,7 +99,7 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 			fence = max(fence, rd.vals[i])
 		}
 	}
-	o := l.op.with(opRaise, 0, fence)
+	o := l.op.with(opRaise, nil, fence)
 	o.deadline, o.done = time.Now().Add(timeout), ctx.Done()
 	raised := c.round()
 	defer raised.done()

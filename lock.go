@@ -124,7 +124,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.until.Store(0)
-	rd := c.fanout(ctx, l.op.with(opRelease, 0, 0), c.cfg.timeout(l.ttl))
+	rd := c.fanout(ctx, l.op.with(opRelease, nil, 0), c.cfg.timeout(l.ttl))
 	defer rd.done()
 	if rd.ok >= c.quorum {
 		return nil
@@ -136,7 +136,5 @@ func (l *Lock) release(ctx context.Context) error {
 }
 
 func (l *Lock) extendOp(ttl time.Duration) op {
-	o := l.op.with(opExtend, 0, l.fence)
-	o.ttl = l.c.boxTTL(ttl)
-	return o
+	return l.op.with(opExtend, l.c.boxTTL(ttl), l.fence)
 }

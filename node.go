@@ -17,26 +17,24 @@ import (
 // requests and rounds; only this file knows how they travel.
 //
 // Requests to one master from any number of callers are auto-pipelined. A
-// node has a few lanes, each with one long-lived worker that takes
-// everything queued on its lane so far and sends it as one pipeline (one
-// write, one read). A key always travels on the same lane and a lane has one
-// batch in flight at a time, so requests for one lock reach a master in the
-// order they were made: a Release sent after an Extend that returned at
-// quorum cannot overtake the Extend's straggler and be undone by it. On a
-// single master whose client bounds reads by the request's deadline, a
-// request made when its lane is idle goes out at once on the caller's
-// goroutine, so one caller pays no hand-off.
+// node's lane has one long-lived worker that takes everything queued so far
+// and sends it as one pipeline (one write, one read). The lane has one batch
+// in flight at a time, so requests for one lock reach a master in the order
+// they were made: a Release sent after an Extend that returned at quorum
+// cannot overtake the Extend's straggler and be undone by it. On a single
+// master whose client bounds reads by the request's deadline, a request made
+// when the lane is idle goes out at once on the caller's goroutine, so one
+// caller pays no hand-off.
 //
-// For a standalone master (*redis.Client) each lane keeps a connection of
-// its own, taken from the client's pool (with its hooks), so a batch pays no
-// pool checkout and health check; it is replaced after any network error.
-
-// lanesPerNode bounds the pipelines in flight to one master. Measured with
-// 64 goroutines (go test -bench 'ObtainRelease/.*/parallel'): one lane gave
-// the largest batches and the least CPU per lock (N=5: 24µs per cycle, 29 to
-// 36µs with two lanes, 35µs with four); a batch costs a write and a read
-// syscall on both ends whatever its size.
-const lanesPerNode = 1
+// One lane per master, not several: measured with 64 goroutines (go test
+// -bench 'ObtainRelease/.*/parallel'), one lane gave the largest batches and
+// the least CPU per lock (N=5: 24µs per cycle, 29 to 36µs with two lanes,
+// 35µs with four); a batch costs a write and a read syscall on both ends
+// whatever its size.
+//
+// For a standalone master (*redis.Client) the lane keeps a connection of its
+// own, taken from the client's pool (with its hooks), so a batch pays no pool
+// checkout and health check; it is replaced after any network error.
 
 type opKind uint8
 
@@ -57,24 +55,24 @@ type op struct {
 	deadline         time.Time
 	done             <-chan struct{} // the caller's context; a request it ends before sending is dropped
 	rd               *round          // where the reply goes; nil when nobody waits for it
-	keyStr           string          // picks the lane
 }
 
-func newOp(kind opKind, key, ckey, token string, ttlMs, fence int64) op {
-	o := op{key: key, token: token, keyStr: key}
+// newOp boxes a lock's key, counter key and token, for an op of kind that
+// takes no TTL or fence; with sets those.
+func newOp(kind opKind, key, ckey, token string) op {
+	o := op{kind: kind, key: key, token: token}
 	if ckey != "" {
 		o.ckey = ckey
 	}
-	return o.with(kind, ttlMs, fence)
+	return o
 }
 
 // with returns o for another kind of request on the same lock, reusing its
-// boxed key and token.
-func (o op) with(kind opKind, ttlMs, fence int64) op {
-	o.kind, o.ttl, o.fence = kind, nil, nil
-	if kind == opAcquire || kind == opAcquireFenced || kind == opExtend {
-		o.ttl = ttlMs
-	}
+// boxed key and token. ttl is the boxed TTL in milliseconds (see
+// Client.boxTTL), for the kinds that take one; fence is boxed only for the
+// kinds that send it.
+func (o op) with(kind opKind, ttl any, fence int64) op {
+	o.kind, o.ttl, o.fence = kind, ttl, nil
 	if kind == opRaise || (kind == opExtend && o.ckey != nil) {
 		o.fence = fence
 	}
@@ -157,7 +155,7 @@ type node struct {
 	inl    bool        // requests may run on the caller's goroutine (one master, bounded reads)
 	loaded atomic.Bool // every script is in the master's cache, as far as we know
 	reqs   *sync.Pool  // the client's pool of requests
-	lanes  [lanesPerNode]lane
+	lane   lane
 }
 
 type lane struct {
@@ -177,12 +175,9 @@ type lane struct {
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
 	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs}
-	wg.Add(lanesPerNode)
-	for i := range n.lanes {
-		l := &n.lanes[i]
-		l.cond.L = &l.mu
-		go n.work(l, wg)
-	}
+	n.lane.cond.L = &n.lane.mu
+	wg.Add(1)
+	go n.work(&n.lane, wg)
 	return n
 }
 
@@ -201,20 +196,11 @@ func boundedByDeadline(rdb redis.UniversalClient) bool {
 	return false
 }
 
-// lane picks key's lane (FNV-1a).
-func (n *node) lane(key string) *lane {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return &n.lanes[h%lanesPerNode]
-}
-
-// send queues r on its lane, or sends it at once on the caller's goroutine
+// send queues r on the lane, or sends it at once on the caller's goroutine
 // when the lane is idle and inline sending is allowed. The node owns r from
 // here on.
 func (n *node) send(r *request) {
-	l := n.lane(r.keyStr)
+	l := &n.lane
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -242,13 +228,11 @@ func (n *node) send(r *request) {
 }
 
 func (n *node) close() {
-	for i := range n.lanes {
-		l := &n.lanes[i]
-		l.mu.Lock()
-		l.closed = true
-		l.cond.Broadcast()
-		l.mu.Unlock()
-	}
+	l := &n.lane
+	l.mu.Lock()
+	l.closed = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
 }
 
 // work sends whatever is queued on l as one pipeline, one batch at a time,

@@ -28,7 +28,7 @@ func execBatch(t *testing.T, c *Client, reqs []op) []error {
 		batch[i] = r
 	}
 	n := c.nodes[0]
-	l := &n.lanes[0]
+	l := &n.lane
 	l.mu.Lock()
 	for l.running || !l.waiting { // the worker parked: the lane is ours
 		l.mu.Unlock()
@@ -68,13 +68,13 @@ func TestBatchDeliversEachReplyOnce(t *testing.T) {
 	ms[0].Set("mine", "tok")
 	ms[0].Set("theirs", "other")
 	reqs := []op{
-		newOp(opRelease, "mine", "", "tok", 0, 0),                // nil
-		newOp(opAcquire, "free", "", "tok", 1000, 0),             // nil
-		newOp(opRelease, "theirs", "", "tok", 0, 0),              // ErrTaken
-		newOp(opAcquire, "theirs", "", "tok", 1000, 0),           // ErrTaken
-		newOp(opExtend, "absent", "", "tok", 1000, 0),            // nil (re-taken)
-		newOp(opRelease, "nothing", "", "tok", 0, 0),             // errAbsent
-		newOp(opAcquireFenced, "f", "{f}:fence", "tok", 1000, 0), // nil, counter 1
+		testOp(opRelease, "mine", "", "tok", 0),                // nil
+		testOp(opAcquire, "free", "", "tok", 1000),             // nil
+		testOp(opRelease, "theirs", "", "tok", 0),              // ErrTaken
+		testOp(opAcquire, "theirs", "", "tok", 1000),           // ErrTaken
+		testOp(opExtend, "absent", "", "tok", 1000),            // nil (re-taken)
+		testOp(opRelease, "nothing", "", "tok", 0),             // errAbsent
+		testOp(opAcquireFenced, "f", "{f}:fence", "tok", 1000), // nil, counter 1
 	}
 	want := []error{nil, nil, ErrTaken, ErrTaken, nil, errAbsent, nil}
 	got := execBatch(t, c, reqs)
@@ -92,9 +92,9 @@ func TestQueuedRequestsHonourDeadlineAndContext(t *testing.T) {
 	c := newClient(t, cs)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	a := newOp(opAcquire, "a", "", "t", 1000, 0)
+	a := testOp(opAcquire, "a", "", "t", 1000)
 	a.done = ctx.Done()
-	b := newOp(opAcquire, "b", "", "t", 1000, 0)
+	b := testOp(opAcquire, "b", "", "t", 1000)
 	b.deadline = time.Now().Add(-time.Millisecond)
 	for i, err := range execBatch(t, c, []op{a, b}) {
 		if err == nil {
@@ -118,8 +118,8 @@ func TestScriptsLoadedBeforeFirstUse(t *testing.T) {
 	c := newClient(t, cs)
 	ms[0].Set("k", "tok")
 	for i, err := range execBatch(t, c, []op{
-		newOp(opExtend, "k", "", "tok", 60000, 0),
-		newOp(opRelease, "k", "", "tok", 0, 0),
+		testOp(opExtend, "k", "", "tok", 60000),
+		testOp(opRelease, "k", "", "tok", 0),
 	}) {
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
@@ -145,7 +145,7 @@ func TestRaiseDropsMastersNotRaised(t *testing.T) {
 		rd.nodes[i].Err = nil
 	}
 	rd.ok = 3
-	l := &Lock{op: newOp(opAcquireFenced, "k", "{k}:fence", "tok", 1000, 0)}
+	l := &Lock{op: testOp(opAcquireFenced, "k", "{k}:fence", "tok", 1000)}
 	fence := c.raise(context.Background(), rd, l, time.Second)
 	if fence != 10 || rd.ok != 2 || rd.nodes[2].Err == nil || rd.nodes[1].Err != nil {
 		t.Fatalf("fence %d ok %d nodes %v", fence, rd.ok, rd.nodes)
@@ -156,4 +156,13 @@ func TestRaiseDropsMastersNotRaised(t *testing.T) {
 	if ms[2].Exists("{k}:fence") {
 		t.Fatal("raised the counter of a master where the lock is not ours")
 	}
+}
+
+// testOp is an op of kind on key with a TTL of ttlMs.
+func testOp(kind opKind, key, ckey, token string, ttlMs int64) op {
+	var ttl any
+	if ttlMs > 0 {
+		ttl = ttlMs
+	}
+	return newOp(kind, key, ckey, token).with(kind, ttl, 0)
 }

@@ -269,8 +269,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	if c.cfg.fencing {
 		kind, ckey = opAcquireFenced, counterKey(full)
 	}
-	l.op = newOp(kind, full, ckey, l.token, 0, 0)
-	l.op.ttl = c.boxTTL(ttl)
+	l.op = newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
 	rd := c.fanout(ctx, l.op, timeout)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
@@ -321,7 +320,7 @@ type boxedTTL struct {
 // answered the attempt, which are alive; the others' releases finish in the
 // background.
 func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.Duration) {
-	o := acquire.with(opRelease, 0, 0)
+	o := acquire.with(opRelease, nil, 0)
 	o.deadline = time.Now().Add(timeout)
 	wait := c.round()
 	defer wait.done()
