@@ -315,12 +315,16 @@ func TestS05StalledMajority(t *testing.T) {
 				retry: redlock.LinearBackoff(20 * time.Millisecond), obtainTimeout: 200 * time.Millisecond}
 			s := l.run(context.Background())
 			// The fault lasts 1.5 s from faultAt; a CLIENT PAUSE runs out by itself.
+			// The stalled window's probes are the ones recorded while the fault
+			// still holds: a probe in flight when it ends may be answered after
+			// the resume, and a lock granted then is granted by live masters.
+			time.Sleep(time.Until(faultAt.Add(1490 * time.Millisecond)))
+			stalled := p.Stats(time.Time{}, time.Now())
 			time.Sleep(time.Until(faultAt.Add(1500 * time.Millisecond)))
 			if mode != "client-pause-write" {
 				e.cont(0, 1, 2)
 			}
 			healAt := time.Now()
-			stalled := p.Stats(time.Time{}, healAt)
 			p.Healed()
 			// After the heal: one worker on the hot key measures when the zombie
 			// SETs (if any) stop blocking it.
