@@ -79,23 +79,32 @@ func (o op) with(kind opKind, ttl any, fence int64) op {
 	return o
 }
 
+// maxArgs is the most arguments a request's command has (EVALSHA of the
+// fenced extend).
+const maxArgs = 9
+
 // A request is one op on one master. Requests are pooled: the node returns
 // one to the pool once it has delivered its reply.
 type request struct {
 	op
 	idx  int // the master's position, for the reply
 	cmd  *redis.Cmd
-	argv [9]any // backs cmd's arguments
+	argv [maxArgs]any // backs cmd's arguments
+
+	// Commands kept for reuse, by their number of arguments: a command's
+	// arguments are r.argv[:n], refilled for each request.
+	cmds [maxArgs + 1]*redis.Cmd
 }
 
-// build makes r's command: EVALSHA, or EVAL when eval is set.
-func (r *request) build(eval bool) {
+// build makes r's command: EVALSHA, or EVAL when eval is set. With fresh
+// set it makes a new command rather than reuse one.
+func (r *request) build(eval, fresh bool) {
 	var s *script
 	a := r.argv[:0]
 	switch r.kind {
 	case opAcquire:
 		a = append(a, "set", r.key, r.token, "nx", "px", r.ttl)
-		r.cmd = redis.NewCmd(context.Background(), a...)
+		r.cmd = r.command(a, fresh)
 		return
 	case opAcquireFenced:
 		s, a = &acquireFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
@@ -115,7 +124,28 @@ func (r *request) build(eval bool) {
 	} else {
 		a[0], a[1] = "evalsha", s.shaArg
 	}
-	r.cmd = redis.NewCmd(context.Background(), a...)
+	r.cmd = r.command(a, fresh)
+}
+
+// command returns a command whose arguments are a, a prefix of r.argv: one
+// of r's own commands with as many arguments, reset, or a new one when
+// fresh is set. A command allocates; reusing one makes a round to five
+// masters ten allocations cheaper. A node never reuses commands on a
+// sharded client (Cluster, Ring): go-redis keeps a command's hash slot in
+// it.
+func (r *request) command(a []any, fresh bool) *redis.Cmd {
+	if fresh {
+		return redis.NewCmd(context.Background(), a...)
+	}
+	c := r.cmds[len(a)]
+	if c == nil {
+		c = redis.NewCmd(context.Background(), a...)
+		r.cmds[len(a)] = c
+		return c
+	}
+	c.SetErr(nil)
+	c.SetVal(nil)
+	return c
 }
 
 // result reads the master's answer to r: the counter for a fenced acquire,
@@ -153,6 +183,7 @@ type node struct {
 	rdb    redis.UniversalClient
 	addr   string
 	inl    bool        // requests may run on the caller's goroutine (one master, bounded reads)
+	fresh  bool        // every request needs a new command (a sharded client; see request.command)
 	loaded atomic.Bool // every script is in the master's cache, as far as we know
 	reqs   *sync.Pool  // the client's pool of requests
 	lane   lane
@@ -169,12 +200,15 @@ type lane struct {
 	// Owned by whoever runs the lane's batch (running is set).
 	conn *redis.Conn // the lane's own connection, for a *redis.Client master
 	pipe redis.Pipeliner
+	cmds []redis.Cmder // scratch: a batch's commands
 	used time.Time   // when conn last answered
+	took time.Time   // when conn was taken from the pool
 	ctx  deadlineCtx // the running batch's deadline
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
-	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs}
+	_, standalone := rdb.(*redis.Client)
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), fresh: !standalone, reqs: reqs}
 	n.lane.cond.L = &n.lane.mu
 	wg.Add(1)
 	go n.work(&n.lane, wg)
@@ -290,7 +324,7 @@ func (n *node) exec(l *lane, batch []*request) {
 			n.deliver(r, 0, err)
 			continue
 		}
-		r.build(false)
+		r.build(false, n.fresh)
 		at = later(at, r.deadline)
 		scripts = scripts || r.kind != opAcquire
 		batch[live] = r
@@ -318,12 +352,12 @@ func (n *node) exec(l *lane, batch []*request) {
 		// followed it).
 		n.loaded.Store(false)
 		for _, r := range batch[:retry] {
-			r.build(false)
+			r.build(false, n.fresh)
 		}
 		n.run(ctx, l, batch[:retry], true)
 		for _, r := range batch[:retry] {
 			if noScript(r.cmd.Err()) { // could not load: EVAL, one by one
-				r.build(true)
+				r.build(true, n.fresh)
 				n.run(ctx, l, []*request{r}, false)
 			}
 		}
@@ -349,18 +383,30 @@ func later(a, b time.Time) time.Time {
 // use pays no check.
 const idleConn = 5 * time.Millisecond
 
+// connTurn is how long a lane keeps its connection, even in steady use,
+// before it puts it back in the client's pool and takes one again. On a
+// RESP3 connection go-redis peeks at the socket for push notifications
+// before every command (a recvfrom syscall and three allocations), unless
+// the connection was put back in its pool less than 5 seconds ago; a
+// connection the lane never put back paid that on every batch. Pushes still
+// arrive: go-redis handles those that come with a batch's replies.
+const connTurn = time.Second
+
 // run sends batch on l's connection and reads the replies into the
 // requests' commands. With load set, it first loads every script (see
 // loadScripts), in the same pipeline where it can.
 func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
-	if l.conn != nil && time.Since(l.used) > idleConn {
-		l.conn.Close()
-		l.conn, l.pipe = nil, nil
+	if l.conn != nil {
+		if now := time.Now(); now.Sub(l.used) > idleConn || now.Sub(l.took) > connTurn {
+			l.conn.Close()
+			l.conn, l.pipe = nil, nil
+		}
 	}
 	if l.pipe == nil {
 		if c, ok := n.rdb.(*redis.Client); ok {
 			l.conn = c.Conn()
 			l.pipe = l.conn.Pipeline()
+			l.took = time.Now()
 		} else {
 			l.pipe = n.rdb.Pipeline()
 		}
@@ -378,9 +424,13 @@ func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
 		}
 		fallthrough
 	case len(batch) > 1:
+		// All at once: the pipeline grows its slice of commands once.
 		for _, r := range batch {
-			_ = l.pipe.Process(ctx, r.cmd)
+			l.cmds = append(l.cmds, r.cmd)
 		}
+		_ = l.pipe.BatchProcess(ctx, l.cmds...)
+		clear(l.cmds)
+		l.cmds = l.cmds[:0]
 		_, _ = l.pipe.Exec(ctx)
 	case l.conn != nil: // one command: Process spares the pipeline's slice
 		_ = l.conn.Process(ctx, batch[0].cmd)
@@ -450,7 +500,8 @@ func (n *node) deliver(r *request, v int64, err error) {
 		rd.replies <- reply{idx: r.idx, val: v, err: err}
 		rd.unref()
 	}
-	*r = request{}
+	r.op, r.cmd = op{}, nil
+	clear(r.argv[:]) // the commands keep r.argv as their arguments
 	n.reqs.Put(r)
 }
 
