@@ -201,9 +201,9 @@ type lane struct {
 	conn *redis.Conn // the lane's own connection, for a *redis.Client master
 	pipe redis.Pipeliner
 	cmds []redis.Cmder // scratch: a batch's commands
-	used time.Time   // when conn last answered
-	took time.Time   // when conn was taken from the pool
-	ctx  deadlineCtx // the running batch's deadline
+	used time.Time     // when conn last answered
+	took time.Time     // when conn was taken from the pool
+	ctx  deadlineCtx   // the running batch's deadline
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
