@@ -28,7 +28,7 @@ func execBatch(t *testing.T, c *Client, reqs []op) []error {
 		batch[i] = r
 	}
 	n := c.nodes[0]
-	l := &n.lane
+	l := n.lanes[0]
 	l.mu.Lock()
 	for l.running || !l.waiting { // the worker parked: the lane is ours
 		l.mu.Unlock()
