@@ -83,7 +83,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
 	}
 	start := time.Now()
-	rd := c.fanout(ctx, l.extendOp(ttl), c.cfg.timeout(ttl))
+	rd := c.fanout(ctx, l.extendOp(ttl), start, c.cfg.timeout(ttl))
 	defer rd.done()
 	if rd.ok >= c.quorum {
 		until := start.Add(ttl - c.cfg.drift(ttl))
@@ -124,7 +124,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.until.Store(0)
-	rd := c.fanout(ctx, l.op.with(opRelease, nil, 0), c.cfg.timeout(l.ttl))
+	rd := c.fanout(ctx, l.op.with(opRelease, nil, 0), time.Now(), c.cfg.timeout(l.ttl))
 	defer rd.done()
 	if rd.ok >= c.quorum {
 		return nil

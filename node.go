@@ -199,7 +199,7 @@ type lane struct {
 	conn *redis.Conn // the lane's own connection, for a *redis.Client master
 	pipe redis.Pipeliner
 	cmds []redis.Cmder // scratch: a batch's commands
-	used time.Time     // when conn last answered
+	used time.Time     // when conn last ran a batch (its start)
 	took time.Time     // when conn was taken from the pool
 	ctx  deadlineCtx   // the running batch's deadline
 }
@@ -368,7 +368,7 @@ func (n *node) exec(l *lane, batch []*request) {
 	}
 	l.ctx = deadlineCtx{context.Background(), at}
 	ctx := &l.ctx // a pointer: no allocation to make it a context.Context
-	n.run(ctx, l, batch, scripts && !n.loaded.Load())
+	n.run(ctx, l, batch, scripts && !n.loaded.Load(), now)
 	retry := 0
 	for i, r := range batch {
 		if noScript(r.cmd.Err()) {
@@ -386,11 +386,11 @@ func (n *node) exec(l *lane, batch []*request) {
 		for _, r := range batch[:retry] {
 			r.build(false, n.fresh)
 		}
-		n.run(ctx, l, batch[:retry], true)
+		n.run(ctx, l, batch[:retry], true, now)
 		for _, r := range batch[:retry] {
 			if noScript(r.cmd.Err()) { // could not load: EVAL, one by one
 				r.build(true, n.fresh)
-				n.run(ctx, l, []*request{r}, false)
+				n.run(ctx, l, []*request{r}, false, now)
 			}
 		}
 	}
@@ -407,12 +407,13 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// idleConn is how long a lane's own connection may sit unused before the
-// lane gives it back to the client's pool and takes one through the pool's
-// health check: a master restarted since then left it dead. A restart takes
-// longer than this (redis-server starts in 10ms or more), so a connection
-// in steady use never meets a restarted master unawares, and one in steady
-// use pays no check.
+// idleConn is how long a lane's own connection may sit unused (counted from
+// its last batch's start, which errs only early) before the lane gives it
+// back to the client's pool and takes one through the pool's health check:
+// a master restarted since then left it dead. A restart takes longer than
+// this (redis-server starts in 10ms or more), so a connection in steady use
+// never meets a restarted master unawares, and one in steady use pays no
+// check.
 const idleConn = 5 * time.Millisecond
 
 // connTurn is how long a lane keeps its connection, even in steady use,
@@ -426,10 +427,11 @@ const connTurn = 100 * time.Millisecond
 
 // run sends batch on l's connection and reads the replies into the
 // requests' commands. With load set, it first loads every script (see
-// loadScripts), in the same pipeline where it can.
-func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
+// loadScripts), in the same pipeline where it can. now is about when the
+// batch started; the lane's clock needs no better.
+func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool, now time.Time) {
 	if l.conn != nil {
-		if now := time.Now(); now.Sub(l.used) > idleConn || now.Sub(l.took) > connTurn {
+		if now.Sub(l.used) > idleConn || now.Sub(l.took) > connTurn {
 			l.conn.Close()
 			l.conn, l.pipe = nil, nil
 		}
@@ -438,7 +440,7 @@ func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
 		if c, ok := n.rdb.(*redis.Client); ok {
 			l.conn = c.Conn()
 			l.pipe = l.conn.Pipeline()
-			l.took = time.Now()
+			l.took = now
 		} else {
 			l.pipe = n.rdb.Pipeline()
 		}
@@ -479,7 +481,7 @@ func (n *node) run(ctx context.Context, l *lane, batch []*request, load bool) {
 	if l.conn == nil {
 		return
 	}
-	l.used = time.Now()
+	l.used = now
 	for _, r := range batch {
 		if err := r.cmd.Err(); err != nil && !isReply(err) {
 			// A network error or a timeout: the connection may still carry

@@ -270,7 +270,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 		kind, ckey = opAcquireFenced, counterKey(full)
 	}
 	l.op = newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
-	rd := c.fanout(ctx, l.op, timeout)
+	rd := c.fanout(ctx, l.op, start, timeout)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
 		l.fence = c.raise(ctx, rd, l, timeout)

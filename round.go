@@ -74,11 +74,12 @@ func (c *Client) send(i int, o *op, rd *round) {
 
 // fanout sends o to every master at once and collects replies until the
 // outcome is decided: a quorum agreed, or refusals and failures leave too
-// few masters to reach one, or the node timeout or ctx ended. Requests still
-// in flight then finish in the background. The caller calls rd.done.
-func (c *Client) fanout(ctx context.Context, o op, timeout time.Duration) *round {
+// few masters to reach one, or the node timeout (from start, about now) or
+// ctx ended. Requests still in flight then finish in the background. The
+// caller calls rd.done.
+func (c *Client) fanout(ctx context.Context, o op, start time.Time, timeout time.Duration) *round {
 	rd := c.round()
-	o.deadline = time.Now().Add(timeout)
+	o.deadline = start.Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(o.deadline) {
 		o.deadline = d
 	}
