@@ -262,10 +262,7 @@ func boundedByDeadline(rdb redis.UniversalClient) bool {
 // when the lane is idle and inline sending is allowed. The node owns r from
 // here on.
 func (n *node) send(r *request) {
-	l := n.lanes[0]
-	if len(n.lanes) > 1 {
-		l = n.lanes[maphash.String(n.seed, r.key.(string))%uint64(len(n.lanes))]
-	}
+	l := n.laneOf(r.key)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -290,6 +287,14 @@ func (n *node) send(r *request) {
 		l.cond.Signal()
 	}
 	l.mu.Unlock()
+}
+
+// laneOf returns the lane of every request on key (a boxed string).
+func (n *node) laneOf(key any) *lane {
+	if len(n.lanes) == 1 {
+		return n.lanes[0]
+	}
+	return n.lanes[maphash.String(n.seed, key.(string))%uint64(len(n.lanes))]
 }
 
 func (n *node) close() {

@@ -2,9 +2,12 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // exec runs reqs as one batch on master 0's first lane, as its worker would,
@@ -165,4 +168,41 @@ func testOp(kind opKind, key, ckey, token string, ttlMs int64) op {
 		ttl = ttlMs
 	}
 	return newOp(kind, key, ckey, token).with(kind, ttl, 0)
+}
+
+// TestLanesOfOneMaster: a single master gets several lanes (fewer when the
+// client's pool is small, one per master of several), and every request on
+// a key takes the same lane, which keeps one lock's requests in order.
+func TestLanesOfOneMaster(t *testing.T) {
+	for _, tc := range []struct{ masters, pool, lanes int }{
+		{1, 100, 4}, {1, 16, 4}, {1, 8, 2}, {1, 3, 1}, {3, 100, 1},
+	} {
+		var cs []redis.UniversalClient
+		for range tc.masters {
+			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: tc.pool})
+			t.Cleanup(func() { c.Close() })
+			cs = append(cs, c)
+		}
+		n := newClient(t, cs).nodes[0]
+		if len(n.lanes) != tc.lanes {
+			t.Fatalf("%d masters, pool %d: %d lanes, want %d", tc.masters, tc.pool, len(n.lanes), tc.lanes)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: 16})
+	t.Cleanup(func() { rdb.Close() })
+	n := newClient(t, []redis.UniversalClient{rdb}).nodes[0]
+	per := map[*lane]int{}
+	for i := range 1000 {
+		key := any(fmt.Sprint("key-", i))
+		l := n.laneOf(key)
+		if n.laneOf(any(fmt.Sprint("key-", i))) != l {
+			t.Fatalf("key-%d took two lanes", i)
+		}
+		per[l]++
+	}
+	for i, l := range n.lanes {
+		if per[l] < 150 { // 250 expected
+			t.Errorf("lane %d took %d of 1000 keys", i, per[l])
+		}
+	}
 }
