@@ -86,9 +86,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	rd := c.fanout(ctx, l.extendOp(ttl), start, c.cfg.timeout(ttl))
 	defer rd.done()
 	if rd.ok >= c.quorum {
-		until := start.Add(ttl - c.cfg.drift(ttl))
-		if time.Now().Before(until) {
-			l.until.Store(int64(until.Sub(c.epoch)))
+		valid := ttl - c.cfg.drift(ttl)
+		if time.Since(start) < valid {
+			l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
 			l.ttl = ttl
 			return nil
 		}

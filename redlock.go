@@ -277,9 +277,9 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	lapsed := false
 	if rd.ok >= c.quorum {
-		until := start.Add(ttl - c.cfg.drift(ttl))
-		if time.Now().Before(until) {
-			l.until.Store(int64(until.Sub(c.epoch)))
+		valid := ttl - c.cfg.drift(ttl)
+		if time.Since(start) < valid { // one monotonic clock reading, where time.Now takes two
+			l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
 			return l, nil
 		}
 		lapsed = true
