@@ -127,9 +127,10 @@ func (r *request) build(eval, fresh bool) {
 // command returns a command whose arguments are a, a prefix of r.argv: one
 // of r's own commands with as many arguments, reset, or a new one when
 // fresh is set. A command allocates; reusing one makes a round to five
-// masters ten allocations cheaper. A node never reuses commands on a
-// sharded client (Cluster, Ring): go-redis keeps a command's hash slot in
-// it.
+// masters ten allocations cheaper. go-redis is done with a command when
+// Process or Exec returns (a hook that kept one for later would see it
+// reused). A node never reuses commands on a sharded client (Cluster,
+// Ring): go-redis keeps a command's hash slot in it.
 func (r *request) command(a []any, fresh bool) *redis.Cmd {
 	if fresh {
 		return redis.NewCmd(context.Background(), a...)
