@@ -47,7 +47,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measured time of each contender in each cell and repeat")
 	flag.DurationVar(&o.warmup, "warmup", -1, "unmeasured run before each measurement (default duration/5, at most 1s)")
 	flag.IntVar(&o.repeats, "repeats", 3, "repeats of each cell; the contenders' order alternates between repeats")
-	flag.BoolVar(&o.smoke, "smoke", false, "CI mode: 1s per cell, 1 repeat; exits non-zero unless every contender completed cycles in every cell and no overlap happened")
+	flag.BoolVar(&o.smoke, "smoke", false, "CI mode: 1s per cell, 1 repeat; exits non-zero unless every contender completed cycles in every cell, no overlap happened and redlock met its allocation goals")
 	flag.StringVar(&o.cells, "cells", "", "regexp: run only cells whose name matches, e.g. 'n5-g64' or 'n1-.*-contended'")
 	flag.StringVar(&o.contenders, "contenders", "", "regexp: run only contenders whose name matches, e.g. '^redlock'")
 	flag.DurationVar(&o.ttl, "ttl", 10*time.Second, "lock TTL")
@@ -309,7 +309,7 @@ func run(ctx context.Context, o options) (int, error) {
 			return 1, errors.New("smoke run failed")
 		}
 	} else if o.smoke {
-		fmt.Fprintln(os.Stderr, "bench: smoke run passed: every contender completed cycles in every cell, no overlap")
+		fmt.Fprintln(os.Stderr, "bench: smoke run passed: every contender completed cycles in every cell, no overlap, allocation goals met")
 	}
 	return 0, nil
 }
@@ -324,7 +324,9 @@ func measureCeilingLog(ctx context.Context, ms *masterSet, c *ceiling, rp int) e
 	return nil
 }
 
-// smokeProblems lists cells where a contender completed no cycle or where two holders overlapped.
+// smokeProblems lists cells where a contender completed no cycle or where
+// two holders overlapped, and allocation goals missed. Allocations per cycle
+// are counted, not timed, so they hold on any machine.
 func smokeProblems(r *report) []string {
 	var p []string
 	for _, cr := range r.Cells {
@@ -335,6 +337,11 @@ func smokeProblems(r *report) []string {
 			if s.Overlaps > 0 {
 				p = append(p, fmt.Sprintf("%s %s: %d overlapping holders", cr.Name, s.Name, s.Overlaps))
 			}
+		}
+	}
+	for _, g := range r.Goals {
+		if g.Goal == allocGoal && !g.Met {
+			p = append(p, fmt.Sprintf("%s %s: %s allocations per cycle, want %s", g.Cell, g.Contender, g.Measured, g.Target))
 		}
 	}
 	return p

@@ -213,6 +213,8 @@ type goalResult struct {
 	Met       bool   `json:"met"`
 }
 
+const allocGoal = "allocations per cycle"
+
 // checkGoals evaluates the targets of issue 5 that this run has cells for.
 func checkGoals(r *report) []goalResult {
 	cells := map[string]*cellReport{}
@@ -241,7 +243,7 @@ func checkGoals(r *report) []goalResult {
 	allocs := func(cell, who string, target float64) {
 		if cr := cells[cell]; cr != nil {
 			if s := cr.contender(who); s != nil {
-				out = append(out, goalResult{"allocations per cycle", cell, who, fmt.Sprintf("%.1f", s.AllocsPerOp), fmt.Sprintf("<= %.0f", target), s.AllocsPerOp <= target})
+				out = append(out, goalResult{allocGoal, cell, who, fmt.Sprintf("%.1f", s.AllocsPerOp), fmt.Sprintf("<= %.0f", target), s.AllocsPerOp <= target})
 			}
 		}
 	}

@@ -257,4 +257,11 @@ func TestSmokeProblems(t *testing.T) {
 	if p := smokeProblems(r); len(p) != 2 {
 		t.Errorf("problems with a contender at 0 cycles = %q", p)
 	}
+	r.Goals = append(r.Goals,
+		goalResult{allocGoal, "n5-g1-uncontended", "redlock", "16.3", "<= 30", true},
+		goalResult{allocGoal, "n1-g1-uncontended", "redlock", "12.0", "<= 10", false})
+	p = smokeProblems(r)
+	if len(p) != 3 || p[2] != "n1-g1-uncontended redlock: 12.0 allocations per cycle, want <= 10" {
+		t.Errorf("problems with an allocation goal missed = %q", p)
+	}
 }
