@@ -35,10 +35,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/examples/internal/servers"
 )
 
 // config is what the flags set.
@@ -84,11 +82,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.workers < 1 || cfg.entries < 1 || cfg.work < 0 || cfg.wait < 0 {
 		return errors.New("need -workers >= 1, -entries >= 1, -work >= 0 and -wait >= 0")
 	}
-	masters, where, closeMasters, err := connect(ctx, cfg.masters)
+	var set servers.Set
+	defer set.Close() // deferred first, so it runs after locks.Close
+	masters, where, err := set.Masters(ctx, cfg.masters, 5)
 	if err != nil {
 		return err
 	}
-	defer closeMasters() // deferred first, so it runs after locks.Close
 
 	// One Client takes every lock, over all the masters. The prefix keeps
 	// lock keys apart from anything else in those Redis servers: the lock for
@@ -149,49 +148,6 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	return d.report(keys, time.Since(began))
-}
-
-// connect returns a client per master and a func that closes them. With no
-// addresses it first starts 5 in-process Redis servers (miniredis), which the
-// func stops too.
-func connect(ctx context.Context, addrs []string) ([]redis.UniversalClient, string, func(), error) {
-	var servers []*miniredis.Miniredis
-	var masters []redis.UniversalClient
-	closeAll := func() {
-		for _, m := range masters {
-			m.Close()
-		}
-		for _, s := range servers {
-			s.Close()
-		}
-	}
-	where := fmt.Sprintf("%d Redis masters %s", len(addrs), strings.Join(addrs, ","))
-	if len(addrs) == 1 {
-		where = "1 Redis master " + addrs[0] + " (single-instance lock)"
-	}
-	if len(addrs) == 0 {
-		for range 5 {
-			s, err := miniredis.Run()
-			if err != nil {
-				closeAll()
-				return nil, "", nil, err
-			}
-			servers = append(servers, s)
-			addrs = append(addrs, s.Addr())
-		}
-		where = "5 in-process Redis masters (miniredis)"
-	}
-	for _, a := range addrs {
-		rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(a)})
-		masters = append(masters, rdb)
-		// Fail early and plainly on a wrong address, rather than with every
-		// lock "not obtained" later.
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			closeAll()
-			return nil, "", nil, fmt.Errorf("master %s: %w", a, err)
-		}
-	}
-	return masters, where, closeAll, nil
 }
 
 // demo is the shared state of one run.

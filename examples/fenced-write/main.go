@@ -33,10 +33,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/examples/internal/servers"
 )
 
 // config is what the flags set.
@@ -141,11 +141,22 @@ func demo(ctx context.Context, cfg config, out io.Writer) (fenced, plain outcome
 	if cfg.ttl < 10*time.Millisecond || cfg.pause <= cfg.ttl {
 		return fenced, plain, errors.New("need -ttl >= 10ms and -pause > -ttl: A must freeze past its lease")
 	}
-	masters, resource, where, closeAll, err := connect(ctx, cfg)
+	var set servers.Set
+	defer set.Close() // deferred first, so it runs after locks.Close
+	masters, where, err := set.Masters(ctx, cfg.masters, 3)
 	if err != nil {
 		return fenced, plain, err
 	}
-	defer closeAll() // deferred first, so it runs after locks.Close
+	// The resource gets a client of its own, even when it shares a server
+	// with a master: New rejects the same client twice, not the same server.
+	at := cfg.resource
+	if at == "" && len(cfg.masters) > 0 {
+		at = cfg.masters[0]
+	}
+	resource, err := set.Add(ctx, at)
+	if err != nil {
+		return fenced, plain, err
+	}
 
 	// WithFencing: every lock carries a fence, a number that grows with each
 	// new holder of the key (Lock.Fence).
@@ -335,75 +346,6 @@ func (s *story) logf(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fmt.Fprintf(s.out, "%+7dms  %s\n", time.Since(s.start).Milliseconds(), fmt.Sprintf(format, args...))
-}
-
-// connect returns a client per master, the resource's client and a func
-// that closes them. With no addresses it first starts in-process Redis
-// servers (miniredis) for the 3 masters and the resource, which the func
-// stops too.
-func connect(ctx context.Context, cfg config) ([]redis.UniversalClient, *redis.Client, string, func(), error) {
-	var servers []*miniredis.Miniredis
-	var clients []*redis.Client
-	closeAll := func() {
-		for _, c := range clients {
-			c.Close()
-		}
-		for _, s := range servers {
-			s.Close()
-		}
-	}
-	addrs, resource := cfg.masters, cfg.resource
-	where := fmt.Sprintf("%d Redis masters %s", len(addrs), strings.Join(addrs, ","))
-	if len(addrs) == 1 {
-		where = "1 Redis master " + addrs[0] + " (single-instance lock)"
-	}
-	if len(addrs) == 0 {
-		where = "3 in-process Redis masters (miniredis)"
-	}
-	if resource == "" && len(addrs) > 0 {
-		resource = addrs[0]
-	}
-	// startOne starts an in-process server that expires keys as real time
-	// passes, like Redis: A's lease must lapse on its own (by default,
-	// miniredis expires keys only on FastForward).
-	startOne := func() (string, error) {
-		s, err := miniredis.Run()
-		if err != nil {
-			return "", err
-		}
-		s.ClockTTL(true)
-		servers = append(servers, s)
-		return s.Addr(), nil
-	}
-	for len(addrs) < 3 && len(cfg.masters) == 0 {
-		a, err := startOne()
-		if err != nil {
-			closeAll()
-			return nil, nil, "", nil, err
-		}
-		addrs = append(addrs, a)
-	}
-	if resource == "" {
-		var err error
-		if resource, err = startOne(); err != nil {
-			closeAll()
-			return nil, nil, "", nil, err
-		}
-	}
-	var masters []redis.UniversalClient
-	for _, a := range append(addrs, resource) {
-		rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(a)})
-		clients = append(clients, rdb)
-		// Fail early and plainly on a wrong address.
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			closeAll()
-			return nil, nil, "", nil, fmt.Errorf("redis %s: %w", a, err)
-		}
-		masters = append(masters, rdb)
-	}
-	// The resource gets a client of its own, even when it shares a server
-	// with a master: New rejects the same client twice, not the same server.
-	return masters[:len(addrs)], clients[len(addrs)], where, closeAll, nil
 }
 
 // sleep waits for d or until ctx ends.

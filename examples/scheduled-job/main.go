@@ -36,10 +36,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/examples/internal/servers"
 )
 
 // config is what the flags set.
@@ -86,11 +84,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.replicas < 1 || cfg.slots < 1 || cfg.slot <= 0 || cfg.skew < 0 || cfg.skew >= cfg.slot || cfg.work < 0 {
 		return errors.New("need -replicas >= 1, -slots >= 1, -slot > 0, 0 <= -skew < -slot and -work >= 0")
 	}
-	masters, where, closeMasters, err := connect(ctx, cfg.masters)
+	var set servers.Set
+	defer set.Close() // deferred first, so it runs after locks.Close
+	masters, where, err := set.Masters(ctx, cfg.masters, 5)
 	if err != nil {
 		return err
 	}
-	defer closeMasters() // deferred first, so it runs after locks.Close
 
 	prefix := redlock.WithKeyPrefix("scheduled-job:")
 	var locks *redlock.Client
@@ -243,52 +242,6 @@ func (d *demo) report(out io.Writer) error {
 	}
 	fmt.Fprintf(out, "\nEvery slot ran exactly once.\n")
 	return nil
-}
-
-// connect returns a client per master and a func that closes them. With no
-// addresses it first starts 5 in-process Redis servers (miniredis), which the
-// func stops too.
-func connect(ctx context.Context, addrs []string) ([]redis.UniversalClient, string, func(), error) {
-	var servers []*miniredis.Miniredis
-	var masters []redis.UniversalClient
-	closeAll := func() {
-		for _, m := range masters {
-			m.Close()
-		}
-		for _, s := range servers {
-			s.Close()
-		}
-	}
-	where := fmt.Sprintf("%d Redis masters %s", len(addrs), strings.Join(addrs, ","))
-	if len(addrs) == 1 {
-		where = "1 Redis master " + addrs[0] + " (single-instance lock)"
-	}
-	if len(addrs) == 0 {
-		for range 5 {
-			s, err := miniredis.Run()
-			if err != nil {
-				closeAll()
-				return nil, "", nil, err
-			}
-			// Expire keys as real time passes, like Redis (miniredis
-			// otherwise expires them only on FastForward).
-			s.ClockTTL(true)
-			servers = append(servers, s)
-			addrs = append(addrs, s.Addr())
-		}
-		where = "5 in-process Redis masters (miniredis)"
-	}
-	for _, a := range addrs {
-		rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(a)})
-		masters = append(masters, rdb)
-		// Fail early and plainly on a wrong address, rather than with every
-		// slot skipped later.
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			closeAll()
-			return nil, "", nil, fmt.Errorf("master %s: %w", a, err)
-		}
-	}
-	return masters, where, closeAll, nil
 }
 
 // sleep waits for d or until ctx ends.
