@@ -56,7 +56,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
-	wctx, stop := lock.keepAlive(ctx, oc, nil)
+	wctx, stop := lock.keepAlive(ctx, ttl, oc, nil)
 	defer func() {
 		p := recover()
 		stop()
@@ -109,7 +109,7 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Con
 	if !l.c.enter() {
 		return nil, nil, ErrClosed
 	}
-	wctx, stop := l.keepAlive(ctx, oc, l.c.dos.Done)
+	wctx, stop := l.keepAlive(ctx, ttl, oc, l.c.dos.Done)
 	var once sync.Once
 	return wctx, func() { once.Do(stop) }, nil
 }
@@ -138,12 +138,9 @@ type watchdog struct {
 	done    chan struct{}
 }
 
-// keepAlive starts a watchdog for l; exit, if not nil, runs when its
-// goroutine ends.
-func (l *Lock) keepAlive(ctx context.Context, oc obtainConfig, exit func()) (context.Context, func()) {
-	l.mu.Lock()
-	ttl := l.ttl
-	l.mu.Unlock()
+// keepAlive starts a watchdog that renews l for ttl at a time; exit, if
+// not nil, runs when its goroutine ends.
+func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig, exit func()) (context.Context, func()) {
 	wctx, lost := context.WithCancelCause(ctx)
 	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, lost: lost, done: make(chan struct{})}
 	if w.every == 0 {
