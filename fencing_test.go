@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 func TestFencesIncreaseAcrossHolders(t *testing.T) {
@@ -107,7 +108,7 @@ func TestFenceIsQuorumMaxAndCountersAreRaised(t *testing.T) {
 	if f := l.Fence(); f != 10 && f != 6 {
 		t.Fatalf("fence %d", f)
 	}
-	eventually(t, func() error {
+	redistest.Eventually(t, func() error {
 		at := 0
 		for _, rdb := range clients {
 			if v, _ := strconv.ParseInt(get(t, rdb, "{job}:fence"), 10, 64); v >= l.Fence() {
@@ -140,7 +141,7 @@ func TestExtendRetakeRaisesCounter(t *testing.T) {
 	}
 	// Requests on the restarted master's old pooled connections fail once
 	// each; Extend until one reaches it.
-	eventually(t, func() error {
+	redistest.Eventually(t, func() error {
 		if err := l.Extend(ctx, time.Minute); err != nil {
 			return err
 		}
@@ -165,7 +166,7 @@ func TestNoFencingWritesNoCounter(t *testing.T) {
 	if l.Fence() != 0 {
 		t.Fatalf("fence %d without WithFencing", l.Fence())
 	}
-	eventually(t, func() error {
+	redistest.Eventually(t, func() error {
 		for i, rdb := range clients {
 			if n, _ := rdb.DBSize(ctx).Result(); n != 1 {
 				return fmt.Errorf("master %d has %d keys, want only the lock", i, n)

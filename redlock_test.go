@@ -61,20 +61,6 @@ func get(t *testing.T, rdb redis.UniversalClient, key string) string {
 	return v
 }
 
-// eventually polls check until it returns nil, for at most 5s: for effects
-// that follow a call's return (requests finishing in the background).
-func eventually(t *testing.T, check func() error) {
-	t.Helper()
-	var err error
-	for range 500 {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal(err)
-}
-
 // holdersOf returns, per master, the value of key ("" when absent).
 func holdersOf(t *testing.T, clients []redis.UniversalClient, key string) []string {
 	t.Helper()
@@ -147,7 +133,7 @@ func TestReleaseNeverDeletesAnotherOwnersKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			var cur *redlock.Lock
-			eventually(t, func() error { // once old's keys expire
+			redistest.Eventually(t, func() error { // once old's keys expire
 				cur, err = c.Obtain(ctx, "k", time.Minute)
 				return err
 			})
@@ -192,7 +178,7 @@ func TestExtendAndValidity(t *testing.T) {
 				t.Fatalf("validity after Extend(1m) is %v", v)
 			}
 			time.Sleep(400 * time.Millisecond) // past the first TTL
-			eventually(t, func() error {
+			redistest.Eventually(t, func() error {
 				for i, rdb := range clients {
 					pttl, err := rdb.PTTL(ctx, "k").Result()
 					if err != nil {
@@ -245,7 +231,7 @@ func TestExtendRetakesVanishedKey(t *testing.T) {
 	if err := l.Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() error {
+	redistest.Eventually(t, func() error {
 		if got := get(t, clients[0], "k"); got != l.Token() {
 			return fmt.Errorf("restarted master holds %q after Extend, want our token", got)
 		}
@@ -317,7 +303,7 @@ func TestExtendAndReleaseAfterTakeover(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Release after takeover: %v, want ErrLockLost", err)
 	}
-	eventually(t, func() error {
+	redistest.Eventually(t, func() error {
 		vs := holdersOf(t, clients, "k")
 		if count(vs, "intruder") != 2 || vs[2] != "" {
 			return fmt.Errorf("masters hold %q, want the intruder's keys untouched and ours gone", vs)
@@ -483,7 +469,7 @@ func TestStranger(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				eventually(t, func() error {
+				redistest.Eventually(t, func() error {
 					if got := count(holdersOf(t, clients, "k"), l.Token()); got != 5-held {
 						return fmt.Errorf("our token on %d masters, want %d", got, 5-held)
 					}
@@ -493,7 +479,7 @@ func TestStranger(t *testing.T) {
 				if !errors.Is(err, redlock.ErrNotObtained) || !errors.Is(err, redlock.ErrTaken) {
 					t.Fatalf("Obtain: %v, want ErrNotObtained with ErrTaken", err)
 				}
-				eventually(t, func() error { // nothing of ours left behind
+				redistest.Eventually(t, func() error { // nothing of ours left behind
 					if vs := holdersOf(t, clients, "k"); count(vs, "") != 5-held {
 						return fmt.Errorf("masters hold %q after a failed Obtain", vs)
 					}
@@ -512,7 +498,7 @@ func TestStranger(t *testing.T) {
 // more come.
 func settled(t *testing.T, rdb redis.UniversalClient, want int) {
 	t.Helper()
-	eventually(t, func() error {
+	redistest.Eventually(t, func() error {
 		if got := setCalls(t, rdb); got != want {
 			return fmt.Errorf("%d SETs reached the master, want %d", got, want)
 		}
@@ -553,7 +539,7 @@ func TestRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, func() error { // the holder's own SETs have all landed
+	redistest.Eventually(t, func() error { // the holder's own SETs have all landed
 		if got := count(holdersOf(t, clients, "k"), holder.Token()); got != 3 {
 			return fmt.Errorf("holder on %d masters", got)
 		}
@@ -611,7 +597,7 @@ func TestRetry(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer h.Release(ctx)
-		eventually(t, func() error { // h's own SETs have all landed
+		redistest.Eventually(t, func() error { // h's own SETs have all landed
 			if got := count(holdersOf(t, clients, "shared"), h.Token()); got != 3 {
 				return fmt.Errorf("holder on %d masters", got)
 			}
@@ -674,7 +660,7 @@ func TestConcurrentExtendAndRelease(t *testing.T) {
 		})
 		wg.Wait()
 		// No Extend after the Release may bring the key back.
-		eventually(t, func() error {
+		redistest.Eventually(t, func() error {
 			if vs := holdersOf(t, clients, key); count(vs, "") != 3 {
 				return fmt.Errorf("masters hold %q after Release", vs)
 			}

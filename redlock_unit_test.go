@@ -9,6 +9,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 // minis starts n in-process masters and returns them with their clients.
@@ -49,7 +51,7 @@ func TestObtainReleaseMini(t *testing.T) {
 				t.Fatalf("key %q token %q", l.Key(), l.Token())
 			}
 			// Obtain returns at quorum; the other masters follow.
-			eventually(t, func() error {
+			redistest.Eventually(t, func() error {
 				for i, m := range ms {
 					if got, _ := m.Get("lock:k"); got != l.Token() {
 						return fmt.Errorf("master %d holds %q, want our token", i, got)
@@ -74,7 +76,7 @@ func TestObtainReleaseMini(t *testing.T) {
 			if l.Validity() != 0 {
 				t.Fatal("validity after release")
 			}
-			eventually(t, func() error {
+			redistest.Eventually(t, func() error {
 				for i, m := range ms {
 					if m.Exists("lock:k") {
 						return fmt.Errorf("master %d still holds the key", i)
@@ -136,7 +138,7 @@ func TestQuorumEveryState(t *testing.T) {
 			for _, m := range ms {
 				m.SetError("")
 			}
-			eventually(t, func() error {
+			redistest.Eventually(t, func() error {
 				for i, m := range ms {
 					v, _ := m.Get(key)
 					switch {
@@ -173,18 +175,4 @@ func TestQuorumEveryState(t *testing.T) {
 			m.SetError("")
 		}
 	}
-}
-
-// eventually polls check until it returns nil, for at most 5s: for effects
-// that follow a call's return (requests finishing in the background).
-func eventually(t *testing.T, check func() error) {
-	t.Helper()
-	var err error
-	for range 500 {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal(err)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 func TestDoHoldsPastItsTTL(t *testing.T) {
@@ -145,7 +146,7 @@ func TestDoPanicReleases(t *testing.T) {
 		if p != "boom" {
 			t.Fatalf("recovered %v, want the fn's panic value", p)
 		}
-		eventually(t, func() error {
+		redistest.Eventually(t, func() error {
 			if vs := holdersOf(t, clients, "job"); count(vs, "") != 3 {
 				return fmt.Errorf("lock left after a panic: %q", vs)
 			}
@@ -164,7 +165,7 @@ func TestDoReturnsFnError(t *testing.T) {
 	if err != want {
 		t.Fatalf("Do returned %v, want fn's error itself", err)
 	}
-	eventually(t, func() error {
+	redistest.Eventually(t, func() error {
 		if vs := holdersOf(t, clients, "job"); count(vs, "") != 3 {
 			return fmt.Errorf("lock left after Do: %q", vs)
 		}

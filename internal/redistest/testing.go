@@ -95,3 +95,18 @@ func StartCluster(tb testing.TB, masters int) *Cluster {
 	})
 	return c
 }
+
+// Eventually polls check until it returns nil, for at most 5s, and fails tb
+// with check's last error otherwise: for effects that follow a call's return
+// (requests finishing in the background).
+func Eventually(tb testing.TB, check func() error) {
+	tb.Helper()
+	var err error
+	for range 500 {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tb.Fatal(err)
+}
