@@ -219,7 +219,7 @@ func TestS13SingleInstance(t *testing.T) {
 		warm(t, ms, 4)
 		c := e.lockClient(ms)
 		e.stop(0)
-		p := probe(c, ttl, 20*time.Millisecond, nil)
+		p := probe(c, ttl, 20*time.Millisecond)
 		time.Sleep(time.Second)
 		stalled := p.Stats(time.Time{}, time.Now())
 		e.cont(0)
