@@ -106,6 +106,9 @@ func (w *autopipeWorker) Lock(ctx context.Context, key string) (bool, error) {
 	if refusedByOwners(taken, len(w.c.aps)) {
 		return false, nil
 	}
+	if len(errs) == 0 {
+		return false, fmt.Errorf("autopipeline: %d of %d granted, quorum %d, but the validity ran out", granted, len(w.c.aps), w.c.quorum)
+	}
 	return false, fmt.Errorf("autopipeline: %d of %d granted, quorum %d: %w", granted, len(w.c.aps), w.c.quorum, errors.Join(errs...))
 }
 

@@ -118,7 +118,10 @@ func (o *options) finish(latencies string) error {
 	if o.smoke {
 		o.duration, o.repeats = 300*time.Millisecond, 1
 		if o.warmup < 0 {
-			o.warmup = 100 * time.Millisecond
+			o.warmup = 50 * time.Millisecond
+		}
+		if len(o.latencies) > 1 {
+			o.latencies = o.latencies[:1] // the code path, not the figures
 		}
 		if o.rbRequests == 0 {
 			o.rbRequests = 100_000

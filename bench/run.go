@@ -216,26 +216,27 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 		stats[i] = workerStats{}
 	}
 
-	runtime.GC()
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	cpu0 := processCPU()
+	// The INFO calls stay outside the client's measurement (they allocate).
+	srv0, calls0, infoErr := serverStats(ctx, ep.admin)
 	var writes0 uint64
 	if ep.writes != nil {
 		writes0 = ep.writes.Load()
 	}
-	srv0, calls0, infoErr := serverStats(ctx, ep.admin)
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	cpu0 := processCPU()
 	elapsed, err := loop(prefix+"u", cfg.Duration)
 	if err != nil {
 		return nil, err
 	}
+	cpu1 := processCPU()
+	runtime.ReadMemStats(&m1)
 	var srv1 []float64
 	var calls1 []uint64
 	if infoErr == nil {
 		srv1, calls1, infoErr = serverStats(ctx, ep.admin)
 	}
-	cpu1 := processCPU()
-	runtime.ReadMemStats(&m1)
 
 	r := &runResult{
 		Contender: spec.Name,
