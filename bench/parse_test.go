@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -167,6 +168,19 @@ func TestCellName(t *testing.T) {
 	} {
 		if got := tc.c.Name(); got != tc.want {
 			t.Errorf("Name = %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// The README lists every contender, so its table cannot go stale.
+func TestReadmeListsContenders(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range contenders {
+		if !strings.Contains(string(data), "| `"+c.Name+"` | "+strings.TrimSuffix(c.Kind, " library")) {
+			t.Errorf("README.md has no row for %s (%s)", c.Name, c.Kind)
 		}
 	}
 }

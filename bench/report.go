@@ -96,6 +96,14 @@ func fmtUs(us float64) string {
 	return fmtDur(int64(us * 1e3))
 }
 
+// fmtCount prints a per-cycle count with two decimals, or – when unknown.
+func fmtCount(v float64) string {
+	if v <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
 func fmtRatio(r float64) string {
 	if r == 0 {
 		return "–"
@@ -204,19 +212,16 @@ func writeMarkdown(w io.Writer, r *report) error {
 	writeShardSpread(&b, r)
 
 	b.WriteString("\n## Detail\n\n")
-	b.WriteString("Rates are medians over repeats; lock latency is the time of one lock call, granted or not, over all repeats; per-cycle figures divide totals by the successful cycles, per-attempt ones by every lock call, and include the harness's own work (one key string per uncontended cycle); client CPU is this process (getrusage: library, go-redis, runtime, harness loop, and in latency cells the delay proxies too), Redis CPU the servers' `INFO cpu`. Proxy writes/cycle (latency cells) counts the chunks the delay proxies forwarded, both ways, per cycle: how well a contender batches its requests into few writes. Errors are failed calls other than \"held by another owner\" (first message listed below the table); overlaps are locks granted while the in-process counter said another goroutine held them (must be 0).\n\n")
-	b.WriteString("| cell | contender | cycles/s | taken/s | p50 | p99 | p99.9 | allocs/cycle | allocs/attempt | B/cycle | client CPU/cycle | Redis CPU/cycle | proxy writes/cycle | errors | overlaps |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("Rates are medians over repeats; lock latency is the time of one lock call, granted or not, over all repeats; per-cycle figures divide totals by the successful cycles, per-attempt ones by every lock call, and include the harness's own work (one key string per uncontended cycle); client CPU is this process (getrusage: library, go-redis, runtime, harness loop, and in latency cells the delay proxies too), Redis CPU the servers' `INFO cpu`. Redis cmds/cycle counts the commands the servers executed per cycle (INFO commandstats, all servers; a script's own calls count too), reads/cycle their reads from client sockets per cycle (INFO stats total_reads_processed): a cycle sends two commands to each master, so the fewer reads, the deeper the batches the servers received. Proxy writes/cycle (latency cells) counts the chunks the delay proxies forwarded, both ways, per cycle: how well a contender batches its requests into few writes. Errors are failed calls other than \"held by another owner\" (first message listed below the table); overlaps are locks granted while the in-process counter said another goroutine held them (must be 0).\n\n")
+	b.WriteString("| cell | contender | cycles/s | taken/s | p50 | p99 | p99.9 | allocs/cycle | allocs/attempt | B/cycle | client CPU/cycle | Redis CPU/cycle | Redis cmds/cycle | Redis reads/cycle | proxy writes/cycle | errors | overlaps |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, cr := range r.Cells {
 		for _, s := range cr.Contenders {
-			writes := "–"
-			if s.WritesPerCycle > 0 {
-				writes = fmt.Sprintf("%.2f", s.WritesPerCycle)
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.0f | %s | %s | %s | %d | %d |\n",
+			writes := fmtCount(s.WritesPerCycle)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %d |\n",
 				cr.Name, s.Name, fmtRate(s.CyclesPerSec), fmtRate(s.TakenPerSec),
 				fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.P999), s.AllocsPerCycle, s.AllocsPerAttempt, s.BytesPerCycle,
-				fmtUs(s.ClientCPU), fmtUs(s.ServerCPU), writes, s.Errors, s.Overlaps)
+				fmtUs(s.ClientCPU), fmtUs(s.ServerCPU), fmtCount(s.CommandsPerCycle), fmtCount(s.ReadsPerCycle), writes, s.Errors, s.Overlaps)
 		}
 	}
 	var errs []string

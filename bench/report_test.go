@@ -17,7 +17,7 @@ import (
 // fakeRun makes a run with cycles and refusals over one second and latencies of lat.
 func fakeRun(name string, repeat int, cycles, taken uint64, lat time.Duration) *runResult {
 	r := &runResult{Contender: name, Repeat: repeat, Elapsed: time.Second, Attempts: cycles + taken, Cycles: cycles, Taken: taken,
-		Mallocs: 10 * (cycles + taken), Bytes: 1000 * (cycles + taken), ClientCPU: 0.5, ServerCPU: []float64{0.25}, Calls: []uint64{2 * cycles}}
+		Mallocs: 10 * (cycles + taken), Bytes: 1000 * (cycles + taken), ClientCPU: 0.5, ServerCPU: []float64{0.25}, Calls: []uint64{2 * cycles}, Reads: []uint64{cycles / 2}}
 	for range cycles + taken {
 		r.Lat.Record(lat)
 	}
@@ -151,7 +151,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"| n1-g64-uncontended | 50.0µs | 1.10k | 150 (8.00×) | 275 (4.00×) |",
 		"| n5-g64-contended | 50.0µs | 1.00k | 100 (10.00×) | |",
 		"| n1-g64-uncontended | 227µs (4.40k/core) | 1.67ms (600/core) | 909µs (1.10k/core) |",
-		"| n1-g64-uncontended | redlock | 1.10k | 0 | 99.8µs | 99.8µs | 99.8µs | 10.0 | 10.0 | 1000 | 455µs | 227µs | – | 0 | 0 |",
+		"| n1-g64-uncontended | redlock | 1.10k | 0 | 99.8µs | 99.8µs | 99.8µs | 10.0 | 10.0 | 1000 | 455µs | 227µs | 2.00 | 0.50 | – | 0 | 0 |",
 		"| n5-g64-contended | redlock | 300 | 700 | 49.9µs | 49.9µs | 49.9µs | 33.3 | 10.0 | 3333 |",
 		"SET NX PX 350k/s, EVALSHA release 150k/s, so 69.1k cycles/s (one of each per cycle); median of 2 measurement(s) each taken beside",
 		"| half of redis-benchmark -P 16 | n1-g64-uncontended | redlock | 0.13 of 69.1k/s | >= 0.50 | no |",

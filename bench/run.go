@@ -45,6 +45,7 @@ type runResult struct {
 	ClientCPU float64   // seconds, getrusage(RUSAGE_SELF) user+sys delta
 	ServerCPU []float64 // seconds, INFO cpu used_cpu_sys+used_cpu_user delta of each server behind the cell; nil without INFO
 	Calls     []uint64  // commands each server executed (INFO commandstats delta); nil without INFO
+	Reads     []uint64  // socket reads each server made (INFO stats total_reads_processed delta)
 	Writes    uint64    // latency cells: chunks the delay proxies forwarded
 }
 
@@ -217,7 +218,7 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 	}
 
 	// The INFO calls stay outside the client's measurement (they allocate).
-	srv0, calls0, infoErr := serverStats(ctx, ep.admin)
+	srv0, infoErr := serverStats(ctx, ep.admin)
 	var writes0 uint64
 	if ep.writes != nil {
 		writes0 = ep.writes.Load()
@@ -232,10 +233,9 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 	}
 	cpu1 := processCPU()
 	runtime.ReadMemStats(&m1)
-	var srv1 []float64
-	var calls1 []uint64
+	var srv1 []serverSample
 	if infoErr == nil {
-		srv1, calls1, infoErr = serverStats(ctx, ep.admin)
+		srv1, infoErr = serverStats(ctx, ep.admin)
 	}
 
 	r := &runResult{
@@ -250,8 +250,9 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 	}
 	if infoErr == nil {
 		for i := range srv1 {
-			r.ServerCPU = append(r.ServerCPU, srv1[i]-srv0[i])
-			r.Calls = append(r.Calls, calls1[i]-calls0[i])
+			r.ServerCPU = append(r.ServerCPU, srv1[i].cpu-srv0[i].cpu)
+			r.Calls = append(r.Calls, srv1[i].calls-srv0[i].calls)
+			r.Reads = append(r.Reads, srv1[i].reads-srv0[i].reads)
 		}
 	}
 	for i := range stats {

@@ -48,16 +48,22 @@ type contenderSummary struct {
 	// the cell; -1 when INFO was not allowed.
 	ServerCPU float64 `json:"redis_cpu_us_per_cycle"`
 	// PerRedisCore is 1 / ServerCPU: lock cycles per second one Redis core sustains.
-	PerRedisCore   float64   `json:"cycles_per_redis_core_sec,omitempty"`
-	WritesPerCycle float64   `json:"proxy_writes_per_cycle,omitempty"`
-	ShardCPU       []float64 `json:"shard_cpu_share,omitempty"`   // cluster cells: each shard's share of the Redis CPU
-	ShardCalls     []float64 `json:"shard_calls_share,omitempty"` // cluster cells: each shard's share of the commands
-	Attempts       uint64    `json:"attempts"`
-	Cycles         uint64    `json:"cycles"`
-	Taken          uint64    `json:"taken"`
-	Errors         uint64    `json:"errors"`
-	FirstErr       string    `json:"first_error,omitempty"`
-	Overlaps       uint64    `json:"overlaps"`
+	PerRedisCore   float64 `json:"cycles_per_redis_core_sec,omitempty"`
+	WritesPerCycle float64 `json:"proxy_writes_per_cycle,omitempty"`
+	// CommandsPerCycle is the Redis commands a cycle costs over all servers
+	// (a script's own calls included); ReadsPerCycle the reads from client
+	// sockets the servers made per cycle: the fewer, the deeper the batches
+	// they received (a cycle sends two commands to each master).
+	CommandsPerCycle float64   `json:"redis_commands_per_cycle,omitempty"`
+	ReadsPerCycle    float64   `json:"redis_reads_per_cycle,omitempty"`
+	ShardCPU         []float64 `json:"shard_cpu_share,omitempty"`   // cluster cells: each shard's share of the Redis CPU
+	ShardCalls       []float64 `json:"shard_calls_share,omitempty"` // cluster cells: each shard's share of the commands
+	Attempts         uint64    `json:"attempts"`
+	Cycles           uint64    `json:"cycles"`
+	Taken            uint64    `json:"taken"`
+	Errors           uint64    `json:"errors"`
+	FirstErr         string    `json:"first_error,omitempty"`
+	Overlaps         uint64    `json:"overlaps"`
 }
 
 // runJSON is one measured run as the JSON file records it.
@@ -76,6 +82,7 @@ type runJSON struct {
 	ClientCPU float64   `json:"client_cpu_s"`
 	ServerCPU []float64 `json:"redis_cpu_s,omitempty"`
 	Calls     []uint64  `json:"redis_commands,omitempty"`
+	Reads     []uint64  `json:"redis_reads,omitempty"`
 	Writes    uint64    `json:"proxy_writes,omitempty"`
 	P50       int64     `json:"lock_p50_ns"`
 	P99       int64     `json:"lock_p99_ns"`
@@ -130,7 +137,7 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 			Contender: r.Contender, Repeat: r.Repeat, Position: r.Position,
 			ElapsedS: r.Elapsed.Seconds(), Attempts: r.Attempts, Cycles: r.Cycles, Taken: r.Taken,
 			Errors: r.Errors, Overlaps: r.Overlaps, Mallocs: r.Mallocs, Bytes: r.Bytes,
-			ClientCPU: r.ClientCPU, ServerCPU: r.ServerCPU, Calls: r.Calls, Writes: r.Writes,
+			ClientCPU: r.ClientCPU, ServerCPU: r.ServerCPU, Calls: r.Calls, Reads: r.Reads, Writes: r.Writes,
 			P50: int64(r.Lat.Quantile(0.5)), P99: int64(r.Lat.Quantile(0.99)), P999: int64(r.Lat.Quantile(0.999)),
 		})
 	}
@@ -159,6 +166,7 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 		var ccpu, scpu float64
 		var shardCPU []float64
 		var shardCalls []uint64
+		var calls, reads uint64
 		for _, r := range rr {
 			sec := r.Elapsed.Seconds()
 			cyc = append(cyc, float64(r.Cycles)/sec)
@@ -178,6 +186,10 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 				for i := range r.ServerCPU {
 					shardCPU[i] += r.ServerCPU[i]
 					shardCalls[i] += r.Calls[i]
+					calls += r.Calls[i]
+					if i < len(r.Reads) {
+						reads += r.Reads[i]
+					}
 				}
 			} else {
 				scpu = -1
@@ -203,6 +215,8 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 			if s.ServerCPU > 0 {
 				s.PerRedisCore = 1e6 / s.ServerCPU
 			}
+			s.CommandsPerCycle = per(float64(calls), s.Cycles)
+			s.ReadsPerCycle = per(float64(reads), s.Cycles)
 			if cl.Cluster {
 				s.ShardCPU, s.ShardCalls = shares(shardCPU), shares(toFloats(shardCalls))
 			}

@@ -83,9 +83,10 @@ func noMaintNotifications() *maintnotifications.Config {
 
 // extras are what some cells need beyond the masters, made on first use.
 type extras struct {
-	latency  map[time.Duration]*latencySet
-	clusters []*redistest.Cluster
-	cadmin   []*redis.Client // every node of every cluster
+	latency      map[time.Duration]*latencySet
+	clusters     []*redistest.Cluster
+	cadmin       []*redis.Client // every node of every cluster
+	clusterRTTus float64         // PING round trip to the first node
 }
 
 // A latencySet is one delay proxy in front of each master, all on one delay line.
@@ -119,10 +120,10 @@ func (m *masterSet) endpoints(ctx context.Context, c cell) (*endpoints, error) {
 		if !m.owned {
 			return nil, errors.New("cluster cells need the harness's own servers")
 		}
-		if err := m.startClusters(c.N, c.Shards); err != nil {
+		if err := m.startClusters(ctx, c.N, c.Shards); err != nil {
 			return nil, err
 		}
-		ep := &endpoints{admin: m.extras.cadmin[:c.N*c.Shards]}
+		ep := &endpoints{admin: m.extras.cadmin[:c.N*c.Shards], rttUs: m.extras.clusterRTTus}
 		for _, cl := range m.extras.clusters[:c.N] {
 			ep.clusters = append(ep.clusters, cl.Addrs())
 		}
@@ -131,7 +132,7 @@ func (m *masterSet) endpoints(ctx context.Context, c cell) (*endpoints, error) {
 	if c.N > len(m.opts) {
 		return nil, fmt.Errorf("%s needs %d masters, %d given", c.Name(), c.N, len(m.opts))
 	}
-	ep := &endpoints{opts: m.opts[:c.N], admin: m.admin[:c.N]}
+	ep := &endpoints{opts: m.opts[:c.N], admin: m.admin[:c.N], rttUs: -1}
 	if len(m.info.Masters) > 0 {
 		ep.rttUs = m.info.Masters[0].RTTus
 	}
@@ -182,7 +183,7 @@ func (m *masterSet) latencySet(ctx context.Context, d time.Duration) (*latencySe
 }
 
 // startClusters starts n independent clusters of shards masters each, once.
-func (m *masterSet) startClusters(n, shards int) error {
+func (m *masterSet) startClusters(ctx context.Context, n, shards int) error {
 	for len(m.extras.clusters) < n {
 		fmt.Fprintf(logOut, "bench: starting Redis Cluster %d of %d (%d shards)\n", len(m.extras.clusters)+1, n, shards)
 		cl, err := redistest.NewCluster(shards)
@@ -194,24 +195,39 @@ func (m *masterSet) startClusters(n, shards int) error {
 			m.extras.cadmin = append(m.extras.cadmin, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2}))
 		}
 	}
+	rtt, err := pingRTT(ctx, m.extras.cadmin[0], 20)
+	if err != nil {
+		return err
+	}
+	m.extras.clusterRTTus = float64(rtt) / 1e3
 	return nil
 }
 
-// serverStats returns each server's CPU seconds (INFO cpu) and commands
-// executed so far (INFO commandstats).
-func serverStats(ctx context.Context, admin []*redis.Client) (cpu []float64, calls []uint64, err error) {
+// A serverSample is what one server has done so far: CPU seconds (INFO
+// cpu), commands executed (INFO commandstats) and reads from client sockets
+// (INFO stats total_reads_processed: commands per read is the depth of the
+// batches the server receives).
+type serverSample struct {
+	cpu          float64
+	calls, reads uint64
+}
+
+// serverStats samples each server, in one INFO call each.
+func serverStats(ctx context.Context, admin []*redis.Client) ([]serverSample, error) {
+	var out []serverSample
 	for _, c := range admin {
-		s, err := serverCPU(ctx, []*redis.Client{c})
+		info, err := c.Info(ctx, "cpu", "stats", "commandstats").Result()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		info, err := c.Info(ctx, "commandstats").Result()
+		s, err := parseInfoCPU(info)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		cpu, calls = append(cpu, s), append(calls, parseCommandCalls(info))
+		reads, _ := strconv.ParseUint(infoValue(info, "total_reads_processed"), 10, 64)
+		out = append(out, serverSample{cpu: s, calls: parseCommandCalls(info), reads: reads})
 	}
-	return cpu, calls, nil
+	return out, nil
 }
 
 // parseCommandCalls sums calls= over the cmdstat_ lines of INFO commandstats.
