@@ -83,7 +83,7 @@ func (m *masterSet) connectAdmin() {
 	for _, o := range m.opts {
 		a := *o
 		a.PoolSize, a.MaxRetries = 2, -1
-		m.admin = append(m.admin, redis.NewClient(&a))
+		m.admin = append(m.admin, newClient(a))
 	}
 }
 

@@ -130,59 +130,22 @@ func writeMarkdown(w io.Writer, r *report) error {
 
 	b.WriteString("## Throughput\n\n")
 	fmt.Fprintf(&b, "Cycles/s (lock + release) in uncontended cells, decisions/s (cycles + attempts refused because another owner held the key) in contended cells, median over repeats. In brackets, for every other contender: %s's figure divided by its, the median of the ratios measured side by side in each repeat (above 1: %s ahead).\n\n", subject, subject)
-	b.WriteString("| cell | RTT |")
-	for _, name := range r.order {
-		fmt.Fprintf(&b, " %s |", name)
-	}
-	b.WriteString("\n| --- | ---: |")
-	for range r.order {
-		b.WriteString(" ---: |")
-	}
-	b.WriteString("\n")
-	for _, cr := range r.Cells {
-		fmt.Fprintf(&b, "| %s | %s |", cr.Name, fmtUs(cr.RTTus))
-		sub := cr.contender(subject)
-		for _, name := range r.order {
-			s := cr.contender(name)
-			if s == nil {
-				b.WriteString(" |")
-				continue
-			}
-			fmt.Fprintf(&b, " %s", fmtRate(s.Throughput))
-			if sub != nil && name != subject && sub.Ratio[name] > 0 {
-				fmt.Fprintf(&b, " (%s)", fmtRatio(sub.Ratio[name]))
-			}
-			b.WriteString(" |")
+	writeMatrix(&b, r, true, func(cr *cellReport, s *contenderSummary) string {
+		v := fmtRate(s.Throughput)
+		if sub := cr.contender(subject); sub != nil && s.Name != subject && sub.Ratio[s.Name] > 0 {
+			v += " (" + fmtRatio(sub.Ratio[s.Name]) + ")"
 		}
-		b.WriteString("\n")
-	}
+		return v
+	})
 
 	b.WriteString("\n## Redis CPU\n\n")
 	b.WriteString("Redis CPU per cycle (`INFO cpu` used_cpu_sys + used_cpu_user deltas of every server behind the cell, summed, divided by the cycles; in contended cells the refused attempts' cost is in it) and, in brackets, lock cycles per second per Redis core (1 / Redis CPU per cycle). Redis is single-threaded, so a master saturates near one core: this is the figure that limits a deployment.\n\n")
-	b.WriteString("| cell |")
-	for _, name := range r.order {
-		fmt.Fprintf(&b, " %s |", name)
-	}
-	b.WriteString("\n| --- |")
-	for range r.order {
-		b.WriteString(" ---: |")
-	}
-	b.WriteString("\n")
-	for _, cr := range r.Cells {
-		fmt.Fprintf(&b, "| %s |", cr.Name)
-		for _, name := range r.order {
-			s := cr.contender(name)
-			switch {
-			case s == nil:
-				b.WriteString(" |")
-			case s.ServerCPU < 0:
-				b.WriteString(" n/a |")
-			default:
-				fmt.Fprintf(&b, " %s (%s/core) |", fmtUs(s.ServerCPU), fmtRate(s.PerRedisCore))
-			}
+	writeMatrix(&b, r, false, func(_ *cellReport, s *contenderSummary) string {
+		if s.ServerCPU < 0 {
+			return "n/a"
 		}
-		b.WriteString("\n")
-	}
+		return fmt.Sprintf("%s (%s/core)", fmtUs(s.ServerCPU), fmtRate(s.PerRedisCore))
+	})
 
 	if len(r.Goals) > 0 {
 		b.WriteString("\n## Targets\n\n| target | cell | contender | measured | target | met |\n| --- | --- | --- | ---: | ---: | :---: |\n")
@@ -243,6 +206,32 @@ func writeMarkdown(w io.Writer, r *report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeMatrix writes a table with a row per cell (and its round trip when
+// rtt) and a column per contender, each entry from entry.
+func writeMatrix(b *strings.Builder, r *report, rtt bool, entry func(*cellReport, *contenderSummary) string) {
+	head, align := "| cell |", "| --- |"
+	if rtt {
+		head, align = head+" RTT |", align+" ---: |"
+	}
+	for _, name := range r.order {
+		head, align = head+" "+name+" |", align+" ---: |"
+	}
+	b.WriteString(head + "\n" + align + "\n")
+	for _, cr := range r.Cells {
+		fmt.Fprintf(b, "| %s |", cr.Name)
+		if rtt {
+			fmt.Fprintf(b, " %s |", fmtUs(cr.RTTus))
+		}
+		for _, name := range r.order {
+			if s := cr.contender(name); s != nil {
+				b.WriteString(" " + entry(&cr, s))
+			}
+			b.WriteString(" |")
+		}
+		b.WriteString("\n")
+	}
 }
 
 // writeTargetsRanAgainst says which servers the run used.

@@ -56,12 +56,6 @@ type endpoints struct {
 // clients returns fresh go-redis clients for one run, built alike for every
 // contender: the master's options, PoolSize, and ContextTimeoutEnabled (so a
 // call's deadline bounds its socket reads, as the library README advises).
-//
-// Maintenance notifications are off: in go-redis v9.23 the connections of
-// one client that a Conn holds (redlock's lanes) race on the option when its
-// handshake fails (Redis before 8, in the default auto mode), which -race
-// reports. The handshake happens once per connection, so it costs nothing
-// measured here.
 func (ep *endpoints) clients(poolSize int) []redis.UniversalClient {
 	var cs []redis.UniversalClient
 	for _, addrs := range ep.clusters {
@@ -71,10 +65,20 @@ func (ep *endpoints) clients(poolSize int) []redis.UniversalClient {
 	for _, o := range ep.opts {
 		c := *o
 		c.PoolSize, c.ContextTimeoutEnabled = poolSize, true
-		c.MaintNotificationsConfig = noMaintNotifications()
-		cs = append(cs, redis.NewClient(&c))
+		cs = append(cs, newClient(c))
 	}
 	return cs
+}
+
+// newClient is redis.NewClient with maintenance notifications off, for
+// every client of the harness. In go-redis v9.23 a client and the Conns
+// taken from it (redlock's lanes, or a test's) race on that option when its
+// handshake fails (Redis before 8, in the default auto mode), which -race
+// reports. The handshake happens once per connection: it costs nothing
+// measured here.
+func newClient(o redis.Options) *redis.Client {
+	o.MaintNotificationsConfig = noMaintNotifications()
+	return redis.NewClient(&o)
 }
 
 func noMaintNotifications() *maintnotifications.Config {
@@ -172,7 +176,7 @@ func (m *masterSet) latencySet(ctx context.Context, d time.Duration) (*latencySe
 		}
 		ls.proxies = append(ls.proxies, p)
 	}
-	c := redis.NewClient(&redis.Options{Addr: ls.proxies[0].Addr()})
+	c := newClient(redis.Options{Addr: ls.proxies[0].Addr()})
 	defer c.Close()
 	rtt, err := pingRTT(ctx, c, 50)
 	if err != nil {
@@ -192,7 +196,7 @@ func (m *masterSet) startClusters(ctx context.Context, n, shards int) error {
 		}
 		m.extras.clusters = append(m.extras.clusters, cl)
 		for _, addr := range cl.Addrs() {
-			m.extras.cadmin = append(m.extras.cadmin, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2}))
+			m.extras.cadmin = append(m.extras.cadmin, newClient(redis.Options{Addr: addr, PoolSize: 2}))
 		}
 	}
 	rtt, err := pingRTT(ctx, m.extras.cadmin[0], 20)
