@@ -384,7 +384,12 @@ func run(ctx context.Context, o options) (int, error) {
 				if err := ctx.Err(); err != nil {
 					return 1, err
 				}
-				r, err := runOne(ctx, ep, c, cl, cfg, nextPrefix())
+				ccfg := cfg
+				if _, ok := allocTargets[cl.Name()]; ok && o.smoke {
+					// Where allocations are counted, the lanes settle first.
+					ccfg.Warmup = max(ccfg.Warmup, 200*time.Millisecond)
+				}
+				r, err := runOne(ctx, ep, c, cl, ccfg, nextPrefix())
 				if err != nil {
 					return 1, fmt.Errorf("%s %s: %w", cl.Name(), c.Name, err)
 				}
