@@ -91,9 +91,9 @@ func writeSVG(w io.Writer, r *report) error {
 			title += fmt.Sprintf(" (redis-benchmark -P %d ceiling: %s cycles/s)", r.Ceiling.Pipeline, fmtRate(r.Ceiling.CyclesPerSec))
 		}
 		fmt.Fprintf(&body, `<text x="10" y="%.0f" font-weight="bold">%s</text>`+"\n", y+14, html.EscapeString(title))
-		fmt.Fprintf(&body, `<text x="%d" y="%.0f" font-size="11" fill="#444">cycles/s (lighter: refused attempts/s)</text>`+"\n", left, y+14)
-		fmt.Fprintf(&body, `<text x="%d" y="%.0f" font-size="11" fill="#444">cycles/s per Redis core (1 / Redis CPU per cycle)</text>`+"\n", x2, y+14)
-		y += 26
+		fmt.Fprintf(&body, `<text x="%d" y="%.0f" font-size="11" fill="#444">cycles/s (lighter: refused attempts/s)</text>`+"\n", left, y+30)
+		fmt.Fprintf(&body, `<text x="%d" y="%.0f" font-size="11" fill="#444">cycles/s per Redis core (1 / Redis CPU per cycle)</text>`+"\n", x2, y+30)
+		y += 40
 		panelTop := y
 		var bars strings.Builder
 		for _, cr := range p.cells {
