@@ -9,10 +9,12 @@ import (
 // Sentinel errors. Compare with [errors.Is], never with ==: the errors
 // returned by this package wrap them with detail.
 var (
-	// ErrNotObtained means the lock was not obtained after every attempt:
-	// another owner holds it on too many masters, too few masters answered,
-	// or the context ended. The error also carries a [*QuorumError] with
-	// what each master said, reachable through [errors.As].
+	// ErrNotObtained means the lock was not obtained after every attempt.
+	// Every such error also matches exactly one of [ErrTaken] (another
+	// owner holds the lock) or [ErrUnavailable] (too few masters answered
+	// to decide), and carries a [*QuorumError] with what each master said,
+	// reachable through [errors.As]. When the wait ended with the context,
+	// it also matches the context's cause.
 	ErrNotObtained = errors.New("redlock: lock not obtained")
 
 	// ErrLockLost means the lock is no longer ours on a quorum: refusals
@@ -21,9 +23,22 @@ var (
 	// the lock may have overlapped with another holder.
 	ErrLockLost = errors.New("redlock: lock lost")
 
-	// ErrTaken is one master's answer: the key holds another owner's token.
-	// It appears in [NodeError.Err].
+	// ErrTaken means another owner holds the lock. As one master's answer
+	// it is a [NodeError]'s Err: the key there holds another owner's
+	// token. As the outcome of an operation it means the refusals of other
+	// owners alone rule out a quorum: more than N - quorum masters answered
+	// "held by another owner". That is the error to skip work on ("another
+	// replica is doing it"); an outage never matches it.
 	ErrTaken = errors.New("redlock: held by another owner")
+
+	// ErrUnavailable is the outcome of an operation that too few masters
+	// answered to decide: they were down, slow, refused the connection, or
+	// the context ended first (then the error matches the context's cause
+	// too). A failed Obtain with mixed answers (some masters held by
+	// another owner, some silent) matches ErrUnavailable unless the "held"
+	// answers alone rule out a quorum: the silent masters might have been
+	// free.
+	ErrUnavailable = errors.New("redlock: masters unavailable")
 
 	// ErrClosed is returned by calls on a [Client] after [Client.Close].
 	ErrClosed = errors.New("redlock: client closed")
@@ -56,14 +71,37 @@ func (e NodeError) String() string {
 }
 
 // A QuorumError reports, master by master, an operation that missed its
-// quorum. It matches [ErrNotObtained] (Op "obtain") or [ErrLockLost] (when
-// refusals ruled out a quorum) through [errors.Is], and every node's error
-// too, so errors.Is(err, context.DeadlineExceeded) finds timeouts.
+// quorum. Through [errors.Is] it matches its kind ([ErrNotObtained] for Op
+// "obtain", [ErrLockLost] when refusals ruled out a quorum), its outcome
+// ([ErrTaken] when other owners' refusals alone ruled out a quorum, else
+// [ErrUnavailable] unless the lock was lost), and every node's failure, so
+// errors.Is(err, context.DeadlineExceeded) finds timeouts. A single
+// master's "held by another owner" answer is in its NodeError, not matched
+// by the QuorumError unless it decided the outcome.
 type QuorumError struct {
 	Op     string // "obtain", "extend" or "release"
 	Quorum int
 	Nodes  []NodeError
 	kind   error // ErrNotObtained, ErrLockLost, or nil when masters merely failed to answer
+}
+
+// outcome is ErrTaken when more than N - quorum masters answered "held by
+// another owner", else ErrUnavailable, or nil for a lost lock.
+func (e *QuorumError) outcome() error {
+	taken := 0
+	for _, n := range e.Nodes {
+		if n.Err == ErrTaken {
+			taken++
+		}
+	}
+	switch {
+	case taken > len(e.Nodes)-e.Quorum:
+		return ErrTaken
+	case e.kind == ErrLockLost:
+		return nil
+	default:
+		return ErrUnavailable
+	}
 }
 
 func (e *QuorumError) Error() string {
@@ -77,6 +115,12 @@ func (e *QuorumError) Error() string {
 		b.WriteString(": lock lost")
 	default:
 		b.WriteString(": no quorum")
+	}
+	switch e.outcome() {
+	case ErrTaken:
+		b.WriteString(", held by another owner")
+	case ErrUnavailable:
+		b.WriteString(", masters unavailable")
 	}
 	agreed := 0
 	for _, n := range e.Nodes {
@@ -95,15 +139,18 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the kind, then every node's error, so errors.Is also sees
-// timeouts and connection errors.
+// Unwrap returns the kind, the outcome, then every node's failure, so
+// errors.Is also sees timeouts and connection errors.
 func (e *QuorumError) Unwrap() []error {
-	errs := make([]error, 0, len(e.Nodes)+1)
+	errs := make([]error, 0, len(e.Nodes)+2)
 	if e.kind != nil {
 		errs = append(errs, e.kind)
 	}
+	if o := e.outcome(); o != nil {
+		errs = append(errs, o)
+	}
 	for _, n := range e.Nodes {
-		if n.Err != nil {
+		if n.Err != nil && n.Err != ErrTaken && n.Err != errAbsent {
 			errs = append(errs, n.Err)
 		}
 	}

@@ -100,7 +100,8 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 		}
 	}
 	o := l.op.with(opRaise, nil, fence)
-	o.deadline, o.done = time.Now().Add(timeout), ctx.Done()
+	o.deadline, o.done = capDeadline(ctx, time.Now().Add(timeout)), ctx.Done()
+	o.inline = o.done == nil
 	raised := c.round()
 	defer raised.done()
 	n := 0
@@ -113,7 +114,11 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 	c.collect(ctx, raised, n, o.deadline, timeout, false)
 	for i := range c.nodes {
 		if rd.nodes[i].Err == nil && rd.vals[i] < fence && raised.nodes[i].Err != nil {
-			rd.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, raised.nodes[i].Err)
+			err := raised.nodes[i].Err
+			if err == ErrTaken {
+				err = errors.New("the lock is no longer ours there")
+			}
+			rd.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, err)
 			rd.ok--
 		}
 	}

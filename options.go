@@ -97,14 +97,27 @@ type obtainConfig struct {
 }
 
 // checkWatchdog validates the options of Do and KeepAlive for a lock of ttl.
-func (c *obtainConfig) checkWatchdog(ttl time.Duration) error {
+func (c *obtainConfig) checkWatchdog(ttl time.Duration, cfg *config) error {
 	if c.renewEvery < 0 || c.renewEvery >= ttl {
 		return invalid("renewal interval must be in (0, ttl %v), got %v", ttl, c.renewEvery)
+	}
+	// The first renewal starts after renewEvery and may take a node
+	// timeout (a third of the validity at most, for huge node timeouts);
+	// it must end before the validity does, or holds are lost on healthy
+	// masters.
+	if valid, margin := ttl-cfg.drift(ttl), renewMargin(ttl, cfg); c.renewEvery > 0 && c.renewEvery+margin >= valid {
+		return invalid("renewal interval %v leaves %v before the validity of a %v TTL ends (%v), less than the %v a renewal may take: renew at most every %v", c.renewEvery, max(0, valid-c.renewEvery), ttl, valid, margin, max(0, valid-margin-time.Millisecond))
 	}
 	if c.maxHold < 0 {
 		return invalid("max hold time must be > 0, got %v", c.maxHold)
 	}
 	return nil
+}
+
+// renewMargin is the time a renewal of a lock of ttl must be given before
+// its validity ends: a node timeout, capped at a third of the validity.
+func renewMargin(ttl time.Duration, cfg *config) time.Duration {
+	return min(cfg.timeout(ttl), (ttl-cfg.drift(ttl))/3)
 }
 
 type withRetry struct{ s RetryStrategy }

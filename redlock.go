@@ -69,9 +69,15 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if m == nil {
 			return nil, invalid("master %d is nil", i)
 		}
+		if _, ok := m.(*redis.Ring); ok {
+			return nil, invalid("master %d is a *redis.Ring: a Ring moves keys between its shards when one leaves, which would hand a held lock's key to a shard that never saw it; use a Redis Cluster, or each shard as a master of its own", i)
+		}
 		for j := range i {
 			if masters[j] == m {
 				return nil, invalid("masters %d and %d are the same client", j, i)
+			}
+			if a, b := serverOf(masters[j]), serverOf(m); a != "" && a == b {
+				return nil, invalid("masters %d and %d are clients of the same server (%s): a quorum needs independent masters", j, i, a)
 			}
 		}
 	}
@@ -87,8 +93,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{})}
 	for i, m := range masters {
-		switch m.(type) {
-		case *redis.ClusterClient, *redis.Ring:
+		if _, ok := m.(*redis.ClusterClient); ok {
 			c.sharded = true
 		}
 		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.requests, &c.wg))
@@ -168,22 +173,20 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 	var timer *time.Timer
 	var last error
 	for n := 1; ; n++ {
-		if last != nil && ctx.Err() != nil {
-			// The wait ended with the context: report the last attempt,
-			// with its masters' answers.
-			return nil, fmt.Errorf("%w: %w", last, context.Cause(ctx))
-		}
 		lock, err := c.attempt(ctx, key, ttl)
 		if err == nil {
 			return lock, nil
 		}
-		if last != nil && !answered(err) {
-			// The deadline cut this attempt short before any master
-			// answered: the one before says more (who holds the lock).
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w: %w", last, context.Cause(ctx))
+		if cause := ended(ctx); cause != nil || c.closed.Load() {
+			if last != nil && !errors.Is(err, ErrTaken) {
+				// The context or Close cut this attempt short: the one
+				// before says more (who holds the lock).
+				err = last
 			}
-			err = last
+			if cause != nil {
+				return nil, wrapCause(err, cause)
+			}
+			return nil, wrapCause(err, ErrClosed)
 		}
 		last = err
 		wait, ok := oc.retry.wait(n)
@@ -191,7 +194,8 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 			return nil, err
 		}
 		if d, has := ctx.Deadline(); has && time.Until(d) < wait {
-			return nil, err // the next attempt could not start before the deadline
+			// The next attempt could not start before the deadline.
+			return nil, wrapCause(err, context.DeadlineExceeded)
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -201,25 +205,33 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", err, context.Cause(ctx))
+			return nil, wrapCause(err, context.Cause(ctx))
+		case <-c.closing:
+			return nil, wrapCause(err, ErrClosed)
 		case <-timer.C:
 		}
 	}
 }
 
-// answered reports whether any master answered the attempt that failed with
-// err.
-func answered(err error) bool {
-	var qe *QuorumError
-	if !errors.As(err, &qe) {
-		return false
+// ended returns why ctx ended, or nil. A deadline that has passed counts
+// even before ctx's own timer has fired.
+func ended(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
-	for _, n := range qe.Nodes {
-		if !errors.Is(n.Err, errNoReply) {
-			return true
-		}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
 	}
-	return false
+	return nil
+}
+
+// wrapCause adds to err why the wait for the lock ended, unless err
+// already says it.
+func wrapCause(err, cause error) error {
+	if errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
 }
 
 // check validates what every lock operation takes, and rounds ttl up to a
@@ -259,8 +271,11 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 
 // attempt makes one try at the lock.
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotObtained, context.Cause(ctx))
+	if ctx.Err() != nil {
+		rd := c.round()
+		defer rd.done()
+		rd.expire(context.Cause(ctx))
+		return nil, c.quorumError("obtain", rd, ErrNotObtained)
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
@@ -270,7 +285,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 		kind, ckey = opAcquireFenced, counterKey(full)
 	}
 	l.op = newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
-	rd := c.fanout(ctx, l.op, start, timeout)
+	rd := c.fanout(ctx, l.op, start.Add(timeout), timeout)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
 		l.fence = c.raise(ctx, rd, l, timeout)
@@ -336,6 +351,21 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 		}
 	}
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
+}
+
+// serverOf names the server behind a standalone client, by address and
+// database, for telling duplicate masters apart; "" when it cannot tell (a
+// Sentinel or Cluster client).
+func serverOf(rdb redis.UniversalClient) string {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return ""
+	}
+	o := c.Options()
+	if o.Addr == "" || o.Addr == "FailoverClient" {
+		return ""
+	}
+	return fmt.Sprintf("%s %s db %d", o.Network, o.Addr, o.DB)
 }
 
 // newToken returns 128 random bits from crypto/rand, URL-safe base64.

@@ -39,25 +39,37 @@ return 0
 
 // extendScript resets the lock's TTL if we still own it, and re-takes the key
 // where it has vanished (a restart or an eviction), so the quorum does not
-// erode. The caller never extends a lock whose validity has run out, so a
-// lapsed lock is not revived.
+// erode, but only until the re-take deadline by the master's clock: a
+// request that arrives later (delayed on the network, or queued behind a
+// frozen master) finds the caller gone, and the lock's validity maybe over
+// and the key held and released by another owner since, so it must not
+// revive the lock. The deadline is the client's wall clock: the guard
+// assumes the two clocks agree to within the validity; when they do not,
+// re-takes are refused early (or late), and the client, which never counts
+// a reply that came after its deadline, is not misled either way.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
-//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner
+//	ARGV[3]  re-take deadline, Unix time in milliseconds
+//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
+//	         -1 absent and past the re-take deadline
 var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
 if v == false then
+	local t = redis.call('TIME')
+	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[3]) then
+		return -1
+	end
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 	return 2
 end
 return 0
 `,
-	"818145b6935858b8e3292869f97640e08a749a20")
+	"a2e192f2e82381715cf385c628528b8a906720cc")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -102,13 +114,19 @@ return 1
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
 //	ARGV[3]  the lock's fence
-//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner
+//	ARGV[4]  re-take deadline, Unix time in milliseconds
+//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
+//	         -1 absent and past the re-take deadline
 var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
 if v == false then
+	local t = redis.call('TIME')
+	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[4]) then
+		return -1
+	end
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 	if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
 		redis.call('SET', KEYS[2], ARGV[3])
@@ -117,7 +135,7 @@ if v == false then
 end
 return 0
 `,
-	"29d40bf18ece37eea5622471ca1d4784f394113d")
+	"0ddc0623f87d9e95bc42378671727d6315178a94")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
 // not lower than the highest fence the resource has seen.

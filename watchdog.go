@@ -45,7 +45,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
-	if err := oc.checkWatchdog(ttl); err != nil {
+	if err := oc.checkWatchdog(ttl, &c.cfg); err != nil {
 		return err
 	}
 	if !c.enter() {
@@ -103,7 +103,7 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Con
 	l.mu.Lock()
 	ttl := l.ttl
 	l.mu.Unlock()
-	if err := oc.checkWatchdog(ttl); err != nil {
+	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
 		return nil, nil, err
 	}
 	if !l.c.enter() {
@@ -173,6 +173,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		defer ct.Stop()
 		capped = ct.C
 	}
+	var last error // the last renewal's error, while renewals fail
 	for {
 		select {
 		case <-w.base.Done():
@@ -187,31 +188,55 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			return
 		case <-t.C:
 		}
+		if l.released.Load() {
+			w.lost(errReleased)
+			return
+		}
 		v := l.Validity()
 		if v == 0 {
-			w.lost(fmt.Errorf("%w: renewals failed until the validity ran out", ErrLockLost))
+			w.lost(ranOut(last))
 			return
+		}
+		if !l.mu.TryLock() {
+			// An Extend or a Release of the caller's holds the lock: look
+			// again soon, and at the validity's end at the latest, so the
+			// work is told on time whatever that call does.
+			t.Reset(min(w.every/4+time.Millisecond, v))
+			continue
 		}
 		// The renewal may not outlast the validity: if it hangs, the work
 		// is told at the validity's end, not when the renewal gives up.
 		rctx, cancel := context.WithTimeout(w.base, v)
-		err := l.extend(rctx, w.ttl)
+		err := l.extendLocked(rctx, w.ttl)
+		l.mu.Unlock()
 		cancel()
 		switch {
 		case err == nil:
+			last = nil
 			t.Reset(w.next(w.every))
 		case errors.Is(err, ErrLockLost):
 			w.lost(err)
 			return
-		case l.Validity() == 0:
-			w.lost(fmt.Errorf("%w: renewals failed until the validity ran out: %w", ErrLockLost, err))
-			return
 		default:
 			// Masters did not answer: retry sooner, and wake at the
 			// validity's end at the latest.
+			last = err
 			t.Reset(min(w.every/4+time.Millisecond, l.Validity()))
 		}
 	}
+}
+
+// errReleased is the cause of a watchdog's context when the caller released
+// the lock before stopping the watchdog.
+var errReleased = errors.New("redlock: lock released")
+
+// ranOut says why the watchdog let the validity run out: renewals that
+// failed with last, or none that completed in time.
+func ranOut(last error) error {
+	if last != nil {
+		return fmt.Errorf("%w: renewals failed until the validity ran out: %w", ErrLockLost, last)
+	}
+	return fmt.Errorf("%w: the validity ran out before a renewal completed (was the process paused?)", ErrLockLost)
 }
 
 // next returns the wait before a renewal due in d, rounded down to a grid
