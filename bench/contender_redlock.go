@@ -60,24 +60,11 @@ func redlockOutcome(err error) (bool, error) {
 	return false, err
 }
 
-// redlockTaken reports whether other owners' refusals alone ruled out the
-// quorum, from what each master said. (When the library gives a failed
-// Obtain its own outcome for this, this becomes errors.Is(err, that outcome).)
+// redlockTaken reports whether a failed Obtain was refused by other owners:
+// the library's own outcome, ErrTaken (their refusals alone ruled out the
+// quorum), as opposed to ErrUnavailable (too few masters answered).
 func redlockTaken(err error) bool {
-	if !errors.Is(err, redlock.ErrNotObtained) {
-		return false
-	}
-	var qe *redlock.QuorumError
-	if !errors.As(err, &qe) {
-		return false
-	}
-	taken := 0
-	for _, n := range qe.Nodes {
-		if errors.Is(n.Err, redlock.ErrTaken) {
-			taken++
-		}
-	}
-	return taken > len(qe.Nodes)-qe.Quorum
+	return errors.Is(err, redlock.ErrNotObtained) && errors.Is(err, redlock.ErrTaken)
 }
 
 func (w *redlockWorker) Unlock(ctx context.Context) error {

@@ -42,7 +42,7 @@ type failNineWorker struct {
 
 func (w *failNineWorker) Lock(ctx context.Context, key string) (bool, error) {
 	if w.n++; w.n%10 != 0 {
-		return redlockOutcome(fmt.Errorf("%w: no quorum (0 of 1 answered)", redlock.ErrNotObtained))
+		return redlockOutcome(fmt.Errorf("%w: %w (0 of 1 answered)", redlock.ErrNotObtained, redlock.ErrUnavailable))
 	}
 	return w.redlockWorker.Lock(ctx, key)
 }
@@ -131,7 +131,7 @@ func TestSmokeChecksCanFail(t *testing.T) {
 		spec contenderSpec
 		want string
 	}{
-		{brokenSpec("fail-nine", anyMasters, func() contender { return &failNine{} }), "error(s), first: redlock: lock not obtained: no quorum"},
+		{brokenSpec("fail-nine", anyMasters, func() contender { return &failNine{} }), "error(s), first: redlock: lock not obtained: redlock: masters unavailable"},
 		{brokenSpec("no-nx", oneMaster, func() contender { return &noNX{} }), "overlapping holders"},
 		{brokenSpec("grant-all", anyMasters, func() contender { return grantAll{} }), "overlapping holders"},
 	} {
@@ -194,7 +194,7 @@ func TestRedlockTaken(t *testing.T) {
 	}
 	defer rl2.Close()
 	_, err = rl2.Obtain(ctx, "k", 10*time.Second)
-	if !errors.Is(err, redlock.ErrNotObtained) || redlockTaken(err) {
+	if !errors.Is(err, redlock.ErrUnavailable) || redlockTaken(err) {
 		t.Errorf("one refusal, two silent: taken %v (from %v), want an error", redlockTaken(err), err)
 	}
 	if _, oerr := redlockOutcome(err); oerr == nil {
