@@ -21,6 +21,7 @@ type node struct {
 	addr   string
 	inl    bool         // requests may run on the caller's goroutine (one master, bounded reads)
 	loaded atomic.Bool  // every script is in the master's cache, as far as we know
+	takes  sync.Mutex   // see redisTransport.take
 	reqs   *sync.Pool   // the client's pool of requests
 	lanes  []*lane      // a lock's requests all take the lane its key hashes to
 	seed   maphash.Seed // for that hash
@@ -31,7 +32,7 @@ func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Poo
 	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs}
 	n.seed = maphash.MakeSeed()
 	for range lanesFor(rdb, single) {
-		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil, loaded: &n.loaded}
+		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil, loaded: &n.loaded, takes: &n.takes}
 		l := newLane(t, n.deliver)
 		n.lanes = append(n.lanes, l)
 		wg.Add(1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,7 +47,9 @@ import (
 // recvfrom syscall and three allocations) unless the connection was put back
 // in its pool less than 5 seconds ago; a connection never put back paid that
 // on every batch. Pushes still arrive: go-redis handles those that come with
-// a batch's replies. Each turn costs one CLIENT ID round trip.
+// a batch's replies. A turn costs two CLIENT ID round trips (see take), so
+// only a connection in steady use turns; a lane used now and then keeps its
+// connection and pays the peek.
 const connTurn = 2 * time.Second
 
 type redisTransport struct {
@@ -54,12 +57,14 @@ type redisTransport struct {
 	std    *redis.Client // rdb when it is standalone, else nil (no connection of our own)
 	fresh  bool          // every request needs a new command (a sharded client; see request.command)
 	loaded *atomic.Bool  // every script is in the master's cache, as far as we know (the node's)
+	takes  *sync.Mutex   // the node's: one lane takes a connection at a time (see take)
 	ctx    deadlineCtx   // the running batch's deadline
 
 	conn *redis.Conn // the lane's own connection (std only)
 	pipe redis.Pipeliner
 	id   int64     // conn's client ID on the master; 0 when unknown
 	took time.Time // when conn was taken from the pool
+	used time.Time // when conn last carried a batch
 
 	kill     []int64 // client IDs of connections given up with requests of unknown fate
 	noKill   bool    // the master's ACL denies CLIENT KILL
@@ -153,10 +158,11 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		t.sendShared(ctx, batch, load)
 		return
 	}
-	if t.conn != nil && now.Sub(t.took) > connTurn {
+	if t.conn != nil && now.Sub(t.took) > connTurn && now.Sub(t.used) < connTurn {
 		t.conn.Close() // back to the client's pool
 		t.conn, t.pipe = nil, nil
 	}
+	t.used = now
 	if t.conn == nil {
 		if err := t.take(ctx, now); err != nil {
 			for _, r := range batch {
@@ -202,17 +208,34 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 }
 
 // take takes a connection from the client's pool and learns its client ID.
+// The lanes of a node take theirs one at a time: go-redis v9.23 races with
+// itself when connections of one client dial at once through Conn (a
+// handshake that falls back writes the client's shared options under a lock
+// of its own).
 func (t *redisTransport) take(ctx context.Context, now time.Time) error {
-	c := t.std.Conn()
+	t.takes.Lock()
+	defer t.takes.Unlock()
+	var c *redis.Conn
 	ok := false
 	defer func() {
-		if !ok {
+		if !ok && c != nil {
 			c.Close()
 		}
 	}()
-	id, err := c.ClientID(ctx).Result()
-	if err != nil && !isReply(err) {
-		return fmt.Errorf("redlock: no connection to the master: %w", err)
+	var id int64
+	var err error
+	// Twice: a connection the pool has just dialed was never put back in
+	// it, and go-redis then peeks for push notifications on every command
+	// (see connTurn) until it is; putting it back once stamps it.
+	for range 2 {
+		if c != nil {
+			c.Close()
+		}
+		c = t.std.Conn()
+		id, err = c.ClientID(ctx).Result()
+		if err != nil && !isReply(err) {
+			return fmt.Errorf("redlock: no connection to the master: %w", err)
+		}
 	}
 	// An ACL that denies CLIENT ID leaves the ID unknown: such a
 	// connection, once given up, cannot be killed.
