@@ -87,13 +87,48 @@ func (fencing) apply(c *config) { c.fencing = true }
 // Counters never expire: one small key per lock key per master. Default off.
 func WithFencing() Option { return fencing{} }
 
-// An ObtainOption configures one [Client.Obtain].
+// An ObtainOption configures one call: how [Client.Obtain] retries
+// ([WithRetry]), and how [Client.Do], [Lock.Do] and [Lock.KeepAlive] keep
+// the lock ([WithRenewEvery], [WithMaxHold]). An option the call does not
+// use is an error matching [ErrInvalidArgument], not silently ignored.
 type ObtainOption interface{ applyObtain(*obtainConfig) }
 
 type obtainConfig struct {
-	retry      RetryStrategy
+	retry      RetryStrategy // NoRetry unless set
+	retrySet   bool
 	renewEvery time.Duration // 0: ttl/3
 	maxHold    time.Duration // 0: no cap
+}
+
+// The calls that take ObtainOptions, by what they use.
+type optionUse uint8
+
+const (
+	forObtain   optionUse = 1 << iota // WithRetry
+	forWatchdog                       // WithRenewEvery, WithMaxHold
+)
+
+// obtainOptions applies opts for a call that uses what use says.
+func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
+	oc := obtainConfig{retry: noRetry{}}
+	for _, o := range opts {
+		if o == nil {
+			return oc, invalid("nil option")
+		}
+		o.applyObtain(&oc)
+	}
+	if oc.retrySet {
+		if use&forObtain == 0 {
+			return oc, invalid("WithRetry applies to Obtain and Do, which wait for the lock; this call does not")
+		}
+		if err := checkStrategy(oc.retry); err != nil {
+			return oc, err
+		}
+	}
+	if (oc.renewEvery != 0 || oc.maxHold != 0) && use&forWatchdog == 0 {
+		return oc, invalid("WithRenewEvery and WithMaxHold apply to Do and KeepAlive, which renew the lock; Obtain does not")
+	}
+	return oc, nil
 }
 
 // checkWatchdog validates the options of Do and KeepAlive for a lock of ttl.
@@ -122,7 +157,7 @@ func renewMargin(ttl time.Duration, cfg *config) time.Duration {
 
 type withRetry struct{ s RetryStrategy }
 
-func (w withRetry) applyObtain(c *obtainConfig) { c.retry = w.s }
+func (w withRetry) applyObtain(c *obtainConfig) { c.retry, c.retrySet = w.s, true }
 
 // WithRetry sets how Obtain retries after a failed attempt. Default
 // [NoRetry]: one attempt. Retries never outlast the context's deadline.
@@ -132,9 +167,12 @@ type renewEvery time.Duration
 
 func (d renewEvery) applyObtain(c *obtainConfig) { c.renewEvery = positive(time.Duration(d)) }
 
-// WithRenewEvery sets how often [Client.Do] and [Lock.KeepAlive] renew the
-// lock. Default ttl/3; must be > 0 and below the TTL. After a failed renewal
-// the watchdog retries sooner, until the validity runs out. Obtain ignores it.
+// WithRenewEvery sets how often [Client.Do], [Lock.Do] and [Lock.KeepAlive]
+// renew the lock. Default ttl/3. It must be > 0 and leave a renewal time to
+// complete before the validity ends: at most ttl minus the drift allowance
+// minus a node timeout (a third of the validity at most). After a failed
+// renewal the watchdog retries sooner, until the validity runs out.
+// [Client.Obtain] refuses it.
 func WithRenewEvery(d time.Duration) ObtainOption { return renewEvery(d) }
 
 type maxHold time.Duration
@@ -145,7 +183,7 @@ func (d maxHold) applyObtain(c *obtainConfig) { c.maxHold = positive(time.Durati
 // lock: once d has passed since the lock was obtained, renewals stop and the
 // work context is cancelled with a cause matching [ErrLockLost], so a stuck
 // worker cannot hold a lock forever (the Redis documentation's liveness
-// advice). Default: no cap; must be > 0. Obtain ignores it.
+// advice). Default: no cap; must be > 0. [Client.Obtain] refuses it.
 func WithMaxHold(d time.Duration) ObtainOption { return maxHold(d) }
 
 // positive maps d <= 0 to -1, which the checks reject (0 means "default").

@@ -144,28 +144,11 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if err != nil {
 		return nil, err
 	}
-	oc, err := obtainOptions(opts)
+	oc, err := obtainOptions(opts, forObtain)
 	if err != nil {
 		return nil, err
 	}
 	return c.obtain(ctx, key, ttl, oc)
-}
-
-func obtainOptions(opts []ObtainOption) (obtainConfig, error) {
-	if len(opts) == 0 {
-		return obtainConfig{retry: noRetry}, nil
-	}
-	oc := obtainConfig{retry: noRetry}
-	for _, o := range opts {
-		if o == nil {
-			return oc, invalid("nil obtain option")
-		}
-		o.applyObtain(&oc)
-	}
-	if oc.retry == nil {
-		return oc, invalid("nil retry strategy")
-	}
-	return oc, oc.retry.check()
 }
 
 // obtain is Obtain after validation.
@@ -189,7 +172,7 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 			return nil, wrapCause(err, ErrClosed)
 		}
 		last = err
-		wait, ok := oc.retry.wait(n)
+		wait, ok := oc.retry.NextWait(n, err)
 		if !ok {
 			return nil, err
 		}

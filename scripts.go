@@ -8,7 +8,7 @@ package redlock
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
-var scripts = [...]*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript}
+var scripts = [...]*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it, each also
 // boxed once as a command argument, so that building a command allocates
@@ -152,3 +152,16 @@ redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
 return {1, tonumber(ARGV[1])}
 `,
 	"070fa103a56999ecf54acc6cd4e0ad3462f2d071")
+
+// inspectScript reads a lock key's holder, its TTL left and its fence
+// counter at one instant.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  fence counter
+//	returns  {token or "", PTTL in ms (-2 absent, -1 no expiry), counter or ""}
+var inspectScript = newScript(`local v = redis.call('GET', KEYS[1])
+local t = redis.call('PTTL', KEYS[1])
+local f = redis.call('GET', KEYS[2])
+return {v or '', t, f or ''}
+`,
+	"acf7bb8f3516eaf59cba22e53619746764ed5eb7")

@@ -10,7 +10,9 @@ import (
 
 // Do obtains the lock on key (retrying per opts), runs fn while a watchdog
 // renews the lock, and releases it when fn returns, also when fn panics
-// (then Do panics again with the same value).
+// (then Do panics again with the same value). It is [Client.Obtain]
+// followed by [Lock.Do]; use those two when fn needs the lock itself (its
+// fence, token or validity).
 //
 // fn's context is cancelled, with a [context.Cause] matching [ErrLockLost],
 // the moment the lock can no longer be trusted: a renewal is refused
@@ -29,19 +31,20 @@ import (
 //
 // Do returns fn's error. When the lock was lost while fn ran, or Release
 // found it lost, the error also matches ErrLockLost. If the lock is not
-// obtained, fn is not called and the error matches [ErrNotObtained]. When
-// [Client.Close] runs during Do, fn's context is cancelled with a cause
-// matching [ErrClosed] and Close waits for Do to finish. No goroutine of Do
-// outlives it.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) (err error) {
-	ttl, err = c.check(ctx, key, ttl)
+// obtained, fn is not called and the error matches [ErrNotObtained] (and
+// [ErrTaken] or [ErrUnavailable]). When [Client.Close] runs during Do, a
+// wait for the lock ends and fn's context is cancelled, with errors
+// matching [ErrClosed], and Close waits for Do to finish. No goroutine of
+// Do outlives it.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) error {
+	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
 		return err
 	}
 	if fn == nil {
 		return invalid("nil fn")
 	}
-	oc, err := obtainOptions(opts)
+	oc, err := obtainOptions(opts, forObtain|forWatchdog)
 	if err != nil {
 		return err
 	}
@@ -56,12 +59,54 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
-	wctx, stop := lock.keepAlive(ctx, ttl, oc, nil)
+	return lock.do(ctx, ttl, oc, fn)
+}
+
+// Do runs fn while a watchdog renews l, and releases l when fn returns,
+// also when fn panics (then Do panics again with the same value): what
+// [Client.Do] does once it holds the lock, for a lock from
+// [Client.Obtain], so that fn can use it (pass [Lock.Fence] to the
+// resource, say). fn's context, the renewals, [WithRenewEvery],
+// [WithMaxHold], Close and the error returned are as for [Client.Do].
+//
+// Call it once per lock, from the goroutine that obtained it. When l's
+// validity has already run out, or l was released, fn is not called and
+// the error matches [ErrLockLost].
+func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...ObtainOption) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if fn == nil {
+		return invalid("nil fn")
+	}
+	oc, err := obtainOptions(opts, forWatchdog)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
+		return err
+	}
+	if !l.c.enter() {
+		return ErrClosed
+	}
+	defer l.c.dos.Done()
+	if l.released.Load() || l.Validity() == 0 {
+		return fmt.Errorf("%w: the lock was released or its validity ran out before Do", ErrLockLost)
+	}
+	return l.do(ctx, ttl, oc, fn)
+}
+
+// do runs fn under a watchdog renewing l for ttl at a time, and releases l.
+func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, fn func(ctx context.Context) error) (err error) {
+	wctx, stop := l.keepAlive(ctx, ttl, oc, nil)
 	defer func() {
 		p := recover()
 		stop()
 		// Release even when ctx is done; it is bounded by the node timeout.
-		rerr := lock.release(context.WithoutCancel(ctx))
+		rerr := l.release(context.WithoutCancel(ctx))
 		if cause := context.Cause(wctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
 			err = join(err, cause)
 		} else if errors.Is(rerr, ErrLockLost) {
@@ -86,17 +131,20 @@ func join(err, also error) error {
 // KeepAlive renews l in the background until stop is called, and returns a
 // context derived from ctx that is cancelled, with a [context.Cause]
 // matching [ErrLockLost], the moment the lock can no longer be trusted (see
-// [Client.Do]). It takes [WithRenewEvery] and [WithMaxHold]. stop ends the
-// renewals and returns once the watchdog's goroutine has ended; it does not
-// release the lock, cancels the returned context, and is safe to call more
-// than once. [Client.Close] ends the watchdog too (the context's cause then
-// matches [ErrClosed]). Options that are not
-// valid return an error matching [ErrInvalidArgument].
+// [Client.Do]). Use it when the lock outlives a function call; otherwise
+// [Lock.Do] does the same and releases the lock for you. It takes
+// [WithRenewEvery] and [WithMaxHold]. stop ends the renewals and returns
+// once the watchdog's goroutine has ended; it does not release the lock,
+// cancels the returned context, and is safe to call more than once. Call
+// stop, then [Lock.Release]; a Release while the watchdog runs also ends
+// it, with a cause that does not match ErrLockLost. [Client.Close] ends the
+// watchdog too (the context's cause then matches [ErrClosed]). Options that
+// are not valid return an error matching [ErrInvalidArgument].
 func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Context, func(), error) {
 	if ctx == nil {
 		return nil, nil, invalid("nil context")
 	}
-	oc, err := obtainOptions(opts)
+	oc, err := obtainOptions(opts, forWatchdog)
 	if err != nil {
 		return nil, nil, err
 	}
