@@ -25,10 +25,11 @@ var (
 
 	// ErrTaken means another owner holds the lock. As one master's answer
 	// it is a [NodeError]'s Err: the key there holds another owner's
-	// token. As the outcome of an operation it means the refusals of other
-	// owners alone rule out a quorum: more than N - quorum masters answered
-	// "held by another owner". That is the error to skip work on ("another
-	// replica is doing it"); an outage never matches it.
+	// token. As the outcome of a failed Obtain (or Do) it means the
+	// refusals of other owners alone rule out a quorum: more than
+	// N - quorum masters answered "held by another owner". That is the
+	// error to skip work on ("another replica is doing it"): an outage
+	// never matches it, nor does a lock lost while held ([ErrLockLost]).
 	ErrTaken = errors.New("redlock: held by another owner")
 
 	// ErrUnavailable is the outcome of an operation that too few masters
@@ -73,8 +74,8 @@ func (e NodeError) String() string {
 // A QuorumError reports, master by master, an operation that missed its
 // quorum. Through [errors.Is] it matches its kind ([ErrNotObtained] for Op
 // "obtain", [ErrLockLost] when refusals ruled out a quorum), its outcome
-// ([ErrTaken] when other owners' refusals alone ruled out a quorum, else
-// [ErrUnavailable] unless the lock was lost), and every node's failure, so
+// unless the lock was lost ([ErrTaken] when other owners' refusals alone
+// ruled out a quorum, else [ErrUnavailable]), and every node's failure, so
 // errors.Is(err, context.DeadlineExceeded) finds timeouts. A single
 // master's "held by another owner" answer is in its NodeError, not matched
 // by the QuorumError unless it decided the outcome.
@@ -86,7 +87,7 @@ type QuorumError struct {
 }
 
 // outcome is ErrTaken when more than N - quorum masters answered "held by
-// another owner", else ErrUnavailable, or nil for a lost lock.
+// another owner", else ErrUnavailable; nil for a lost lock.
 func (e *QuorumError) outcome() error {
 	taken := 0
 	for _, n := range e.Nodes {
@@ -95,10 +96,10 @@ func (e *QuorumError) outcome() error {
 		}
 	}
 	switch {
+	case e.kind == ErrLockLost:
+		return nil // lost, whoever holds it now: "skip, another has it" must not match
 	case taken > len(e.Nodes)-e.Quorum:
 		return ErrTaken
-	case e.kind == ErrLockLost:
-		return nil
 	default:
 		return ErrUnavailable
 	}
