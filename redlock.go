@@ -7,11 +7,38 @@
 // it impossible: a holder that pauses past its lease (a GC pause, a frozen
 // VM), a master that restarts without persistence, or a clock that jumps can
 // let two holders overlap. When correctness depends on the lock, the resource
-// must refuse a stale holder itself: check a fencing token, use a database
-// constraint or a conditional update, or use a consensus store (etcd,
-// ZooKeeper).
+// must refuse a stale holder itself: check a fencing token ([WithFencing],
+// [FencedWrite]), use a database constraint or a conditional update, or use
+// a consensus store (etcd, ZooKeeper).
+//
+// # Which call
+//
+//   - [Client.Do] for most work: it obtains the lock, renews it while fn
+//     runs, cancels fn's context the moment the lock can no longer be
+//     trusted, and releases it when fn returns.
+//   - [Client.Obtain], then [Lock.Do], when the work needs the lock itself:
+//     its [Lock.Fence] for the resource, its token or validity.
+//   - [Client.Obtain] and [Lock.Release] to try once and hold briefly,
+//     within the TTL; [Lock.Extend] to ask for more time by hand.
+//   - [Lock.KeepAlive] when the lock outlives a function call (a leader that
+//     holds it until shutdown): stop it, then Release.
+//   - [Client.Attach] to take over a lock held under a token elsewhere;
+//     [Client.Inspect] to see who holds a key.
+//
+// A failed Obtain (or Do) matches [ErrNotObtained] and exactly one of
+// [ErrTaken] (another owner holds it: skip the work) or [ErrUnavailable]
+// (too few masters answered: an outage, not a reason to skip quietly). A
+// lock lost while held matches [ErrLockLost]. Waits end with the context,
+// whose cause the error wraps, and with [Client.Close].
+//
+// Locks are not reentrant: a second Obtain of a key by the same process,
+// even the same goroutine, waits or fails like anyone else's. Each Obtain
+// gets a fresh random token, and only the handle that holds it can extend or
+// release the lock.
 //
 // A [Client] is safe for concurrent use by many goroutines; so is a [Lock].
+// The package redlocktest runs a real Client over in-process masters, with
+// the faults a test of your code needs.
 package redlock
 
 import (
@@ -54,9 +81,30 @@ type Client struct {
 // New returns a Client for the Redlock algorithm over N independent masters:
 // a lock is held when a quorum of N/2+1 masters granted it within its
 // validity. Each master is any go-redis client: a standalone server, a
-// Sentinel failover client or a whole Redis Cluster. The masters must be
-// independent (not replicas of each other) and distinct; New never closes
-// them.
+// Sentinel failover client or a whole Redis Cluster (not a *redis.Ring, whose
+// keys move between shards). The masters must be independent (not replicas
+// of each other) and distinct: two clients of one server and database are
+// refused. New never closes them.
+//
+// What the library needs from the masters' clients:
+//   - MaxRetries: -1. go-redis otherwise retries a command that timed out;
+//     a retried acquire can find its own key and report the lock taken.
+//   - ContextTimeoutEnabled: true, so that a request's deadline also bounds
+//     its socket read. Without it the client's ReadTimeout does: calls still
+//     return at their node timeout, but a frozen master holds its connection
+//     that long, and requests behind it fail at once.
+//   - Connections: the Client keeps one connection of each standalone
+//     master's pool per lane (one lane per master; up to four for a single
+//     master, a quarter of its PoolSize at most) for as long as it is open,
+//     and turns it every few seconds while in steady use. A Cluster master
+//     uses its pool per request.
+//   - Hooks run for every command the Client sends; a hook must not keep a
+//     command after it returns (commands are reused).
+//   - CLIENT ID and CLIENT KILL allowed to the client's user (the defaults):
+//     a connection given up with requests in flight is killed before the
+//     next request of its lane goes out, so one lock's requests keep their
+//     order. Without them, order across a replaced connection rests on the
+//     masters' clocks (see [Lock.Extend]).
 //
 // The lock is an efficiency lock: it makes duplicate work rare, not
 // impossible (see the package doc). Use fencing tokens checked by the
@@ -126,19 +174,24 @@ func (c *Client) Close() error {
 }
 
 // Obtain takes the lock on key for ttl and returns it, or an error matching
-// [ErrNotObtained] with each master's answer in a [*QuorumError].
+// [ErrNotObtained] and exactly one of [ErrTaken] (other owners' refusals
+// alone rule out a quorum) or [ErrUnavailable] (too few masters answered),
+// with each master's answer in a [*QuorumError].
 //
 // Each attempt sends the acquire to every master at once and decides as
-// soon as a quorum has granted it or can no longer do so; the lock's
-// validity is ttl minus the time the attempt took minus the drift allowance.
-// A failed attempt releases the key on every master that did not answer
-// "held by another owner". Further attempts follow [WithRetry] (default: one
-// attempt) and never outlast ctx's deadline.
+// soon as a quorum has granted it or the outcome is otherwise known; the
+// lock's validity is ttl minus the time the attempt took minus the drift
+// allowance. A failed attempt releases the key on every master that did not
+// answer "held by another owner". Further attempts follow [WithRetry]
+// (default: one attempt); the wait ends with ctx, with its cause wrapped in
+// the error, and with [Client.Close] (the error then matches [ErrClosed]).
+// When ctx cut the last attempt short, the error is the one before's, which
+// says more (who holds the lock).
 //
 // A TTL with a fraction of a millisecond is rounded up. Invalid input (an
 // empty key, a TTL under 1 ms or not above the drift allowance, a nil
-// context) returns an error matching [ErrInvalidArgument] before any request
-// is sent.
+// context, an option Obtain does not take) returns an error matching
+// [ErrInvalidArgument] before any request is sent.
 func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
