@@ -168,17 +168,17 @@ func ExampleLock_Extend() {
 func ExampleClient_Do() {
 	rdbs, stop := masters(3)
 	defer stop()
-	locker := newLocker(rdbs, redlock.WithKeyPrefix("lock:"))
+	locker := newLocker(rdbs, redlock.WithKeyPrefix("lock:"), redlock.WithNodeTimeout(200*time.Millisecond))
 	defer locker.Close()
 
-	err := locker.Do(context.Background(), "nightly-billing", 300*time.Millisecond, func(ctx context.Context) error {
+	err := locker.Do(context.Background(), "nightly-billing", 600*time.Millisecond, func(ctx context.Context) error {
 		for batch := range 5 { // longer than the TTL: the watchdog renews
 			select {
 			case <-ctx.Done():
 				// Lost the lock (context.Cause(ctx) matches ErrLockLost):
 				// stop before writing anything more.
 				return context.Cause(ctx)
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(150 * time.Millisecond):
 				fmt.Println("billed batch", batch)
 			}
 		}
@@ -253,11 +253,11 @@ func ExampleLock_Do() {
 func ExampleLock_KeepAlive() {
 	rdbs, stop := masters(3)
 	defer stop()
-	locker := newLocker(rdbs)
+	locker := newLocker(rdbs, redlock.WithNodeTimeout(200*time.Millisecond))
 	defer locker.Close()
 	ctx := context.Background()
 
-	lock, err := locker.Obtain(ctx, "leader", 300*time.Millisecond)
+	lock, err := locker.Obtain(ctx, "leader", 600*time.Millisecond)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func ExampleLock_KeepAlive() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // longer than the TTL
+	time.Sleep(900 * time.Millisecond) // longer than the TTL
 	fmt.Println("still the leader:", lctx.Err() == nil && lock.Validity() > 0)
 	stopRenewing() // first stop renewing, then release
 	if err := lock.Release(ctx); err != nil {
