@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -89,10 +91,10 @@ func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, erro
 	var opts []*redis.Options
 	seen := map[string]bool{}
 	anyTLS := false
-	for _, spec := range strings.Split(list, ",") {
+	for i, spec := range strings.Split(list, ",") {
 		spec = strings.TrimSpace(spec)
 		if spec == "" {
-			return nil, usagef("--masters: empty address in %q", list)
+			return nil, usagef("--masters: master %d of the list is empty", i+1)
 		}
 		o, err := parseMaster(spec)
 		if err != nil {
@@ -145,12 +147,21 @@ func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, erro
 // parseMaster reads one master: a URL (redis://, rediss://, unix://) or
 // host[:port].
 func parseMaster(spec string) (*redis.Options, error) {
-	if strings.Contains(spec, "://") {
+	if scheme, rest, ok := strings.Cut(spec, "://"); ok {
 		o, err := redis.ParseURL(spec)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %w", redactURL(spec), err)
+		if err == nil {
+			return o, nil
 		}
-		return o, nil
+		if strings.Contains(rest, "@") {
+			// The parser's message may repeat any part of the URL, the
+			// password too: say only which URL, without its user part.
+			return nil, fmt.Errorf("%q is not a valid URL (percent-encode a user name or password that holds one of : / ? # [ ] @ %%)", redactURL(spec))
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the rest of the message repeats the URL
+		}
+		return nil, fmt.Errorf("%q is not a valid %s URL: %v", spec, scheme, err)
 	}
 	host, port, err := net.SplitHostPort(spec)
 	if err != nil {
@@ -163,7 +174,7 @@ func parseMaster(spec string) (*redis.Options, error) {
 	if host == "" || port == "" {
 		return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", spec)
 	}
-	return &redis.Options{Addr: net.JoinHostPort(host, port)}, nil
+	return &redis.Options{Network: "tcp", Addr: net.JoinHostPort(host, port)}, nil
 }
 
 // redactURL hides a URL's password in messages.

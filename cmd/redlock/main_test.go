@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,20 +38,42 @@ const timeout = 30 * time.Second
 // A proc is one redlock process.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer
 	exited         chan struct{}
 	err            error
+}
+
+// A syncBuffer is a bytes.Buffer that the test may read while the
+// process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // start runs redlock with args; env adds to a clean environment (no
 // REDLOCK_* variables from the caller's).
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: exec.Command(self, args...), exited: make(chan struct{})}
+	return startAs(t, nil, env, args...)
+}
+
+// startAs is start with the process attributes attr (nil: the default).
+func startAs(t *testing.T, attr *syscall.SysProcAttr, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(redlockBin(t), args...), exited: make(chan struct{})}
+	p.cmd.SysProcAttr = attr
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "REDLOCK_") {
 			p.cmd.Env = append(p.cmd.Env, kv)
@@ -76,6 +99,16 @@ func start(t *testing.T, env []string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// redlockBin is the program that behaves as redlock with envBeRedlock=1.
+func redlockBin(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return self
 }
 
 // wait returns redlock's exit status.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,7 +29,8 @@ to COMMAND's process group; redlock then waits for COMMAND. Otherwise redlock
 exits with COMMAND's status (128+S when signal S killed it).
 
 COMMAND runs in its own process group with REDLOCK_KEY, REDLOCK_TOKEN and,
-with --fencing, REDLOCK_FENCE in its environment.`
+with --fencing only, REDLOCK_FENCE in its environment, and no
+REDLOCK_MASTERS or REDLOCK_PASSWORD.`
 
 // runCmd is `redlock run`.
 func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -203,16 +205,40 @@ func (r *runner) release(lock *redlock.Lock) error {
 	return lock.Release(context.Background())
 }
 
+// Variables redlock reads or sets: none reaches the job unless set for it.
+const (
+	envKey   = "REDLOCK_KEY"
+	envToken = "REDLOCK_TOKEN"
+	envFence = "REDLOCK_FENCE"
+)
+
+// jobEnv is the job's environment: redlock's own, without the masters and
+// password it was given and without an outer run's REDLOCK_* variables,
+// with this lock's.
+func jobEnv(environ []string, key string, lock *redlock.Lock) []string {
+	env := make([]string, 0, len(environ)+3)
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case envMasters, envPassword, envKey, envToken, envFence:
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, envKey+"="+key, envToken+"="+lock.Token())
+	if f := lock.Fence(); f > 0 {
+		env = append(env, envFence+"="+strconv.FormatInt(f, 10))
+	}
+	return env
+}
+
 // supervise starts the command and waits for it to end, forwarding
 // signals and terminating it if the lock is lost. It returns the exit
 // status to report and whether the command ran.
 func (r *runner) supervise(lock *redlock.Lock, work context.Context, sigs <-chan os.Signal) (int, bool) {
 	cmd := exec.Command(r.command[0], r.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "REDLOCK_KEY="+r.key, "REDLOCK_TOKEN="+lock.Token())
-	if f := lock.Fence(); f > 0 {
-		cmd.Env = append(cmd.Env, "REDLOCK_FENCE="+strconv.FormatInt(f, 10))
-	}
+	cmd.Env = jobEnv(os.Environ(), r.key, lock)
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		r.errorf("%v", err)
