@@ -76,15 +76,27 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	if *fencing {
 		lopts = append(lopts, redlock.WithFencing())
 	}
-	// Catch the signals before anything else: one that arrives while the
-	// lock is being obtained ends the wait, one that arrives later goes to
-	// the command.
+	// Catch the signals before anything else: one that arrives while
+	// redlock connects or waits for the lock ends that at once, one that
+	// arrives later goes to the command.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 	r := &runner{key: *key, ttl: *ttl, wait: *wait, grace: *grace, command: command, stderr: stderr, sigs: sigs}
-	clients := dial(opts)
+	var clients []*redis.Client
+	var dialErrs []error
+	s := interruptible(sigs, func(ctx context.Context) { clients, dialErrs = dial(ctx, opts) })
 	defer closeAll(clients)
+	if s != nil {
+		r.errorf("%v while connecting to the masters; the command did not start", s)
+		return 128 + signum(s)
+	}
+	for i, err := range dialErrs {
+		if errors.Is(err, errPlaintext) {
+			r.errorf("master %s %v; the command did not start", opts[i].Addr, err)
+			return exitFailure
+		}
+	}
 	masters := make([]redis.UniversalClient, len(clients))
 	for i, c := range clients {
 		masters[i] = c
@@ -112,13 +124,51 @@ type runner struct {
 	sigs    <-chan os.Signal // the signals to forward
 }
 
+// errorf prints one line on stderr. Errors among args lose the library's
+// "redlock: " prefix (the line has it once), and control characters are
+// escaped, so that a master's answer cannot forge lines or drive the
+// terminal.
 func (r *runner) errorf(format string, args ...any) {
-	fmt.Fprintf(r.stderr, "redlock: "+format+"\n", args...)
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			args[i] = errText(err)
+		}
+	}
+	fmt.Fprintf(r.stderr, "redlock: %s\n", escapeControl(fmt.Sprintf(format, args...)))
+}
+
+// errText is err's message without the "redlock: " that the library puts
+// before its errors, also those it wraps.
+func errText(err error) string {
+	s := strings.TrimPrefix(err.Error(), "redlock: ")
+	s = strings.ReplaceAll(s, ": redlock: ", ": ")
+	return strings.ReplaceAll(s, "(redlock: ", "(")
+}
+
+// interruptible runs f with a context that a signal from sigs cancels,
+// and returns that signal, or nil.
+func interruptible(sigs <-chan os.Signal, f func(ctx context.Context)) os.Signal {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	got := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel()
+			got <- s
+		case <-done:
+			got <- nil
+		}
+	}()
+	f(ctx)
+	close(done)
+	return <-got
 }
 
 func (r *runner) run(lc *redlock.Client) int {
 	sigs := r.sigs
-	lock, code, ok := r.obtain(lc, sigs)
+	lock, code, ok := r.obtain(lc)
 	if !ok {
 		return code
 	}
@@ -152,29 +202,22 @@ func (r *runner) run(lc *redlock.Client) int {
 
 // obtain takes the lock; on failure it reports why and returns the exit
 // status.
-func (r *runner) obtain(lc *redlock.Client, sigs <-chan os.Signal) (*redlock.Lock, int, bool) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+func (r *runner) obtain(lc *redlock.Client) (*redlock.Lock, int, bool) {
 	var oopts []redlock.ObtainOption
 	if r.wait > 0 {
-		ctx, cancel = context.WithTimeout(ctx, r.wait)
-		defer cancel()
 		oopts = append(oopts, redlock.WithRetry(redlock.LinearBackoff(min(max(r.wait/10, 50*time.Millisecond), time.Second))))
 	}
-	done := make(chan struct{})
-	interrupted := make(chan os.Signal, 1) // the signal that ended the wait, or nil
-	go func() {
-		select {
-		case s := <-sigs:
-			cancel()
-			interrupted <- s
-		case <-done:
-			interrupted <- nil
+	var lock *redlock.Lock
+	var err error
+	s := interruptible(r.sigs, func(ctx context.Context) {
+		if r.wait > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, r.wait)
+			defer cancel()
 		}
-	}()
-	lock, err := lc.Obtain(ctx, r.key, r.ttl, oopts...)
-	close(done)
-	if s := <-interrupted; s != nil {
+		lock, err = lc.Obtain(ctx, r.key, r.ttl, oopts...)
+	})
+	if s != nil {
 		if lock != nil {
 			_ = r.release(lock)
 		}

@@ -187,6 +187,7 @@ func TestLostLockTerminatesTheCommand(t *testing.T) {
 			if !strings.Contains(a.stderr.String(), "lost") {
 				t.Errorf("stderr does not say the lock was lost:\n%s", a.stderr.String())
 			}
+			oneLinePerMessage(t, a.stderr.String())
 			// The intruder's keys are not redlock's to delete.
 			for i, c := range clients {
 				if v, err := c.Get(ctxT(t), "lost").Result(); v != "intruder" {
@@ -443,6 +444,7 @@ func TestExitStatus(t *testing.T) {
 		if code != tc.want {
 			t.Errorf("%q: exit %d, want %d; stderr:\n%s", tc.command, code, tc.want, stderr)
 		}
+		oneLinePerMessage(t, stderr)
 		assertFree(t, clients, "exit")
 	}
 }
@@ -464,6 +466,7 @@ func TestNoQuorumIsAFailure(t *testing.T) {
 	if !strings.Contains(stderr, servers[1].Addr()) {
 		t.Errorf("stderr does not name the dead master %s:\n%s", servers[1].Addr(), stderr)
 	}
+	oneLinePerMessage(t, stderr)
 }
 
 func TestAuth(t *testing.T) {
