@@ -84,6 +84,8 @@ func cli(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return runCmd(args[1:], getenv, stdout, stderr)
 	case "status":
 		return statusCmd(args[1:], getenv, stdout, stderr)
+	case guardArg:
+		return guardMain(args[1:])
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			return cli([]string{args[1], "--help"}, getenv, stdout, stderr)

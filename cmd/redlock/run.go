@@ -6,9 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -21,16 +19,30 @@ import (
 const runSynopsis = `Usage: redlock run --masters ADDR[,ADDR...] --key KEY [--ttl 30s] [--wait 10s] [flags] -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock on KEY, renewed every ttl/3, and
-releases it when COMMAND ends. If the lock is not obtained (after --wait),
-COMMAND does not start and redlock exits 75. If the lock is lost while
-COMMAND runs, COMMAND's process group gets SIGTERM, then SIGKILL after
---grace, and redlock exits 76. SIGINT, SIGTERM and SIGHUP sent to redlock go
-to COMMAND's process group; redlock then waits for COMMAND. Otherwise redlock
+releases it once COMMAND and every process it started have ended. If the
+lock is not obtained (after --wait), COMMAND does not start and redlock
+exits 75.
+
+The job is COMMAND and every process it starts, also one that outlives
+COMMAND or leaves its process group or session (on Linux; elsewhere,
+COMMAND's process group). Every signal below goes to each of them.
+
+When renewals keep failing and the lock's remaining validity is down to
+--grace, or when the lock is lost, the job gets SIGTERM, then SIGKILL
+--grace later (by the time the validity ends), and redlock exits 76.
+SIGINT, SIGTERM and SIGHUP sent to redlock go to the job; redlock then
+waits for it. Ctrl-Z (SIGTSTP, SIGTTIN, SIGTTOU) stops the job with
+SIGSTOP and redlock with it; SIGCONT to redlock continues both, but a job
+whose lock's validity ran down to --grace meanwhile gets SIGTERM first.
+If redlock dies, even of SIGKILL, the job is killed. Otherwise redlock
 exits with COMMAND's status (128+S when signal S killed it).
 
-COMMAND runs in its own process group with REDLOCK_KEY, REDLOCK_TOKEN and,
-with --fencing only, REDLOCK_FENCE in its environment, and no
-REDLOCK_MASTERS or REDLOCK_PASSWORD.`
+COMMAND gets REDLOCK_KEY, REDLOCK_TOKEN and, with --fencing only,
+REDLOCK_FENCE in its environment, and no REDLOCK_MASTERS or
+REDLOCK_PASSWORD.`
+
+// maxGrace is the default --grace for TTLs of 30s and more.
+const maxGrace = 10 * time.Second
 
 // runCmd is `redlock run`.
 func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -38,12 +50,17 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	var cf connFlags
 	cf.register(fset)
 	key := fset.String("key", "", "the lock's key (required)")
-	ttl := fset.Duration("ttl", 30*time.Second, "the lock's time to live; renewed every ttl/3 while COMMAND runs")
+	ttl := fset.Duration("ttl", 30*time.Second, "the lock's time to live; renewed every ttl/3 while the job runs")
 	wait := fset.Duration("wait", 0, "how long to keep trying to obtain the lock (retries about every wait/10, 50ms to 1s, jittered); 0: one attempt")
-	grace := fset.Duration("grace", 10*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
-	fencing := fset.Bool("fencing", false, "give the lock a fencing token, passed to COMMAND as $REDLOCK_FENCE")
+	grace := fset.Duration("grace", 0, "the job gets SIGTERM once the lock's remaining validity is down to this, and SIGKILL this long after; at most ttl/2 (default ttl/3, at most 10s)")
+	fencing := fset.Bool("fencing", false, "give the lock a fencing token, passed to the job as $REDLOCK_FENCE")
 	if code, ok := parse(fset, args, runSynopsis, stdout, stderr); !ok {
 		return code
+	}
+	graceSet := false
+	fset.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "grace" })
+	if !graceSet {
+		*grace = min(maxGrace, *ttl/3)
 	}
 	command := fset.Args()
 	var err error
@@ -56,6 +73,8 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		err = usagef("--wait must be >= 0, got %v", *wait)
 	case *grace < 0:
 		err = usagef("--grace must be >= 0, got %v", *grace)
+	case *grace > *ttl/2:
+		err = usagef("--grace %v is more than half of --ttl %v: the job gets SIGTERM once the lock's validity is down to --grace, which renewals every ttl/3 must stay above", *grace, *ttl)
 	case len(command) == 0:
 		err = usagef("no command given (redlock run [flags] -- COMMAND [ARGS...])")
 	}
@@ -78,7 +97,7 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	}
 	// Catch the signals before anything else: one that arrives while
 	// redlock connects or waits for the lock ends that at once, one that
-	// arrives later goes to the command.
+	// arrives later goes to the job.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
@@ -167,7 +186,6 @@ func interruptible(sigs <-chan os.Signal, f func(ctx context.Context)) os.Signal
 }
 
 func (r *runner) run(lc *redlock.Client) int {
-	sigs := r.sigs
 	lock, code, ok := r.obtain(lc)
 	if !ok {
 		return code
@@ -178,17 +196,17 @@ func (r *runner) run(lc *redlock.Client) int {
 		r.errorf("%v", err)
 		return exitFailure
 	}
-	status, ran := r.supervise(lock, work, sigs)
+	status, ran, termed := r.supervise(lock, work)
 	stop()
 	// stop has ended the watchdog: a loss it reported is in the cause now,
 	// and nothing can report one after.
-	lost := errors.Is(context.Cause(work), redlock.ErrLockLost)
+	lost := termed || errors.Is(context.Cause(work), redlock.ErrLockLost)
 	rerr := r.release(lock)
 	switch {
 	case lost:
 		return exitLost
 	case errors.Is(rerr, redlock.ErrLockLost):
-		// The command ran to its end, but the lock was no longer ours when
+		// The job ran to its end, but the lock was no longer ours when
 		// it did: its work may have overlapped another holder's.
 		r.errorf("the command exited (status %d), but the lock on %q was found lost at release: %v", status, r.key, rerr)
 		return exitLost
@@ -275,44 +293,101 @@ func jobEnv(environ []string, key string, lock *redlock.Lock) []string {
 	return env
 }
 
-// supervise starts the command and waits for it to end, forwarding
-// signals and terminating it if the lock is lost. It returns the exit
-// status to report and whether the command ran.
-func (r *runner) supervise(lock *redlock.Lock, work context.Context, sigs <-chan os.Signal) (int, bool) {
-	cmd := exec.Command(r.command[0], r.command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = jobEnv(os.Environ(), r.key, lock)
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+// noteAfter is how long the job's processes may outlive COMMAND before
+// redlock says why it still holds the lock.
+const noteAfter = time.Second
+
+// supervise starts the job and waits until no process of it is left,
+// forwarding signals and terminating it when the lock can no longer be
+// trusted. It returns the exit status to report, whether the job ran, and
+// whether redlock terminated it for the lock's sake.
+func (r *runner) supervise(lock *redlock.Lock, work context.Context) (status int, ran, termed bool) {
+	j, code, err := startJob(r.command, jobEnv(os.Environ(), r.key, lock))
+	if err != nil {
 		r.errorf("%v", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound, false
-		}
-		return exitCannotExec, false
+		return code, false, false
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	lost := work.Done()
-	var kill <-chan time.Time
+	stops := make(chan os.Signal, 1)
+	cont := make(chan os.Signal, 1)
+	if len(stopSignals) > 0 {
+		signal.Notify(stops, stopSignals...)
+		signal.Notify(cont, contSignal)
+		defer signal.Stop(stops)
+		defer signal.Stop(cont)
+	}
+	// The job is told when the validity is down to --grace: warn fires
+	// then at the earliest; a renewal in between sets it again.
+	warn := time.NewTimer(lock.Validity() - r.grace)
+	defer warn.Stop()
+	var kill, note <-chan time.Time
+	term := func(format string, args ...any) {
+		r.errorf(format+"; sending the job SIGTERM, SIGKILL in %v", append(args, r.grace)...)
+		termed = true
+		j.signal(terminate)
+		kill = time.After(r.grace)
+	}
+	lost, exited := work.Done(), j.exited
 	for {
 		select {
-		case s := <-sigs:
-			if err := signalGroup(cmd.Process, s); err != nil && !errors.Is(err, os.ErrProcessDone) {
-				r.errorf("forwarding %v: %v", s, err)
+		case s := <-r.sigs:
+			j.signal(s)
+		case <-stops:
+			j.stop()
+			suspendSelf(cont)
+			// The job stays stopped until it is told, if it must be: it
+			// does not run on while another holder may.
+			if v := lock.Validity(); !termed && v <= r.grace {
+				term("lock %q: only %v of its validity left after redlock was stopped", r.key, v.Round(time.Millisecond))
+			}
+			j.cont()
+		case <-warn.C:
+			if v := lock.Validity(); v > r.grace {
+				warn.Reset(v - r.grace)
+			} else if !termed {
+				term("lock %q: not renewed in time, only %v of its validity left", r.key, v.Round(time.Millisecond))
 			}
 		case <-lost:
 			lost = nil
-			r.errorf("lock %q lost while the command ran (%v); sending SIGTERM, SIGKILL in %v", r.key, context.Cause(work), r.grace)
-			_ = signalGroup(cmd.Process, terminate)
-			t := time.NewTimer(r.grace)
-			defer t.Stop()
-			kill = t.C
+			if termed {
+				r.errorf("lock %q lost (%v)", r.key, context.Cause(work))
+			} else {
+				term("lock %q lost while the command ran (%v)", r.key, context.Cause(work))
+			}
 		case <-kill:
+			// Again every 100ms: a process forked meanwhile dies too.
+			r.errorf("the job did not exit within --grace %v; sending SIGKILL", r.grace)
+			j.signal(killSignal)
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
 			kill = nil
-			r.errorf("the command did not exit within --grace %v; sending SIGKILL", r.grace)
-			_ = signalGroup(cmd.Process, killSignal)
+			note = nil
+			for {
+				select {
+				case <-j.done:
+					return r.ended(j), true, termed
+				case <-t.C:
+					j.signal(killSignal)
+				}
+			}
 		case <-exited:
-			return exitStatus(cmd.ProcessState), true
+			exited = nil
+			note = time.After(noteAfter)
+		case <-note:
+			if n := j.left(); n > 0 {
+				r.errorf("the command exited (status %d); the lock stays held until every process it started has ended (%d left)", j.status, n)
+			}
+		case <-j.done:
+			return r.ended(j), true, termed
 		}
 	}
+}
+
+// ended reports a job whose processes could not be followed to their end
+// and returns the status to exit with.
+func (r *runner) ended(j *job) int {
+	if j.err != nil {
+		r.errorf("%v", j.err)
+		return exitFailure
+	}
+	return j.status
 }

@@ -25,11 +25,14 @@ func cluster(t *testing.T, n int) (string, []redis.UniversalClient) {
 	return strings.Join(addrs, ","), redistest.Clients(t, servers)
 }
 
-// lockFlags are short-lived locks for fast tests; the node timeout is
-// generous for a busy machine.
+// lockFlags are short-lived locks for fast tests. The node timeout is
+// generous for a busy machine, and so is the TTL: the job gets SIGTERM
+// once renewals are late by a third of it (the default --grace).
 func lockFlags(masters, key string) []string {
-	return []string{"run", "--masters", masters, "--key", key, "--ttl", "1s", "--node-timeout", "300ms"}
+	return []string{"run", "--masters", masters, "--key", key, "--ttl", testTTL.String(), "--node-timeout", "300ms"}
 }
+
+const testTTL = 3 * time.Second
 
 func args(flags []string, rest ...string) []string {
 	return append(append([]string{}, flags...), rest...)
@@ -109,7 +112,7 @@ func TestRunLongerThanTTLIsRenewed(t *testing.T) {
 	masters, clients := cluster(t, 3)
 	dir := t.TempDir()
 	flags := lockFlags(masters, "long")
-	// The command outlives several TTLs (1s), counted by the renewals it
+	// The command outlives several TTLs, counted by the renewals it
 	// survives rather than by a clock: it ends once the key's TTL has been
 	// reset above what is left three times.
 	started, stop := filepath.Join(dir, "started"), filepath.Join(dir, "stop")
@@ -319,7 +322,7 @@ func TestEnvironment(t *testing.T) {
 		for _, f := range []string{out, started, stop} {
 			_ = os.Remove(f)
 		}
-		flags := append([]string{"run", "--key", "env", "--prefix", "app:", "--ttl", "1s", "--node-timeout", "300ms"}, tc.flags...)
+		flags := append([]string{"run", "--key", "env", "--prefix", "app:", "--ttl", testTTL.String(), "--node-timeout", "300ms"}, tc.flags...)
 		if tc.fencing {
 			flags = append(flags, "--fencing")
 		}
@@ -359,9 +362,9 @@ func TestNestedRun(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "inner.env")
 	// The inner run needs its own --masters: the outer one's are not passed on.
-	inner := `"$1" run --masters "$2" --key inner --ttl 1s --node-timeout 300ms -- sh -c 'env -0 > "$0"' "$3"`
+	inner := `"$1" run --masters "$2" --key inner --ttl 3s --node-timeout 300ms -- sh -c 'env -0 > "$0"' "$3"`
 	code, _, stderr := runRedlock(t, []string{"REDLOCK_MASTERS=" + masters},
-		"run", "--key", "outer", "--fencing", "--ttl", "1s", "--node-timeout", "300ms", "--", "sh", "-c", inner, "sh", redlockBin(t), masters, out)
+		"run", "--key", "outer", "--fencing", "--ttl", testTTL.String(), "--node-timeout", "300ms", "--", "sh", "-c", inner, "sh", redlockBin(t), masters, out)
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
@@ -495,5 +498,59 @@ func TestAuth(t *testing.T) {
 				t.Errorf("stderr shows the password:\n%s", stderr)
 			}
 		})
+	}
+}
+
+// When renewals keep failing, the job gets SIGTERM as soon as the lock's
+// validity is down to --grace, so that it stops before the validity ends:
+// it has finished the cleanup it does on SIGTERM by the time the key
+// expires on the master and another holder can take it.
+func TestJobToldWhileTheLockIsStillValid(t *testing.T) {
+	t.Parallel()
+	// redlock connects as alice; the test as the default user.
+	s := redistest.Start(t, 1, redistest.Options{Args: []string{"--user", "alice", "on", ">s3cret", "~*", "&*", "+@all"}})[0]
+	admin := redistest.Clients(t, []*redistest.Server{s})[0]
+	dir := t.TempDir()
+	started, termed, cleaned := filepath.Join(dir, "started"), filepath.Join(dir, "termed"), filepath.Join(dir, "cleaned")
+	// The cleanup takes a fifth of --grace.
+	script := `trap 'touch "$1/termed"; sleep 0.3; touch "$1/cleaned"; exit 0' TERM; touch "$1/started"; while :; do sleep 0.02; done`
+	a := start(t, nil, "run", "--masters", "redis://alice:s3cret@"+s.Addr(), "--key", "early", "--ttl", "4s", "--grace", "1.5s", "--node-timeout", "300ms", "--", "sh", "-c", script, "sh", dir)
+	waitFile(t, a, started)
+
+	// Cut redlock off, as a partition would: its renewals fail from now
+	// on, and the key runs out its TTL on the master.
+	ctx := ctxT(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "alice", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "KILL", "USER", "alice").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := admin.Exists(ctx, "early").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key did not expire; stderr:\n%s", a.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !exists(cleaned) {
+		t.Errorf("the key expired before the job had finished its cleanup (SIGTERM received: %v); stderr:\n%s", exists(termed), a.stderr.String())
+	}
+	if code := a.wait(t); code != exitLost {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLost, a.stderr.String())
+	}
+	if !strings.Contains(a.stderr.String(), "SIGTERM") {
+		t.Errorf("stderr does not say the job was told:\n%s", a.stderr.String())
+	}
+	// Another holder gets the lock.
+	if code, _, stderr := runRedlock(t, nil, "run", "--masters", s.Addr(), "--key", "early", "--", "true"); code != 0 {
+		t.Errorf("next holder: exit %d; stderr:\n%s", code, stderr)
 	}
 }

@@ -1,0 +1,449 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests follow the job's processes through /proc, which only Linux
+// has; they also read it on their own, apart from redlock's code.
+
+// marker returns a name unique to the test. The job's shells get it as $0
+// (or as its prefix), so that every long-lived process of the job can be
+// found by its command line, wherever it was reparented to.
+func marker(t *testing.T) string {
+	t.Helper()
+	m := fmt.Sprintf("redlock-test-%d-%s", os.Getpid(), strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
+	t.Cleanup(func() {
+		// Whatever a failed test left behind.
+		for _, pid := range marked(m) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return m
+}
+
+// marked returns the live processes that are a shell whose arguments
+// include one starting with m. redlock and its guard carry the job's
+// arguments too, but are not "sh".
+func marked(m string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || len(b) == 0 { // gone, or a zombie
+			continue
+		}
+		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if filepath.Base(argv[0]) != "sh" {
+			continue
+		}
+		for _, a := range argv[1:] {
+			if strings.HasPrefix(a, m) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// waitGone waits until no process of the marker is left.
+func waitGone(t *testing.T, m string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		left := marked(m)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the job still run %v later", left, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stat is what the tests read of /proc/PID/stat.
+type stat struct {
+	state      byte
+	ppid, pgid int
+}
+
+// readStat reads pid's state; ok is false once it is gone.
+func readStat(pid int) (stat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return stat{}, false
+	}
+	// "pid (comm) S ppid pgrp ...": comm may hold anything but ends at the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return stat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 {
+		return stat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgid, _ := strconv.Atoi(f[2])
+	return stat{state: f[0][0], ppid: ppid, pgid: pgid}, true
+}
+
+// exitedPid reports whether pid has exited (gone, or a zombie).
+func exitedPid(pid int) bool {
+	st, ok := readStat(pid)
+	return !ok || st.state == 'Z' || st.state == 'X'
+}
+
+// waitExited waits until pid has exited.
+func waitExited(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !exitedPid(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not exit within %v", pid, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// readPid reads a pid the job wrote to path, waiting for the file.
+func readPid(t *testing.T, p *proc, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatalf("%s: %q", path, b)
+			}
+			return pid
+		}
+		if p != nil && !p.running() {
+			t.Fatalf("redlock exited (%v) before %s appeared; stderr:\n%s", p.err, filepath.Base(path), p.stderr.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within %v", path, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// childrenOf returns the pids whose parent is pid.
+func childrenOf(pid int) []int {
+	var kids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat(p); ok && st.ppid == pid {
+			kids = append(kids, p)
+		}
+	}
+	return kids
+}
+
+// A background process keeps the lock held after COMMAND itself exited;
+// the lock is released, and COMMAND's status reported, once it ends too.
+func TestLockHeldUntilTheLastProcessOfTheJob(t *testing.T) {
+	t.Parallel()
+	masters, clients := cluster(t, 3)
+	dir := t.TempDir()
+	m := marker(t)
+	flags := lockFlags(masters, "bg")
+	// sh writes its pid, starts a worker in the background and exits 3 at
+	// once; the worker runs until told to stop.
+	script := `echo $$ > "$1/leader"
+sh -c 'while [ ! -e "$1/stop" ]; do sleep 0.02; done; touch "$1/worked"' "$0-worker" "$1" &
+exit 3`
+	a := start(t, nil, args(flags, "--", "sh", "-c", script, m, dir)...)
+	waitExited(t, readPid(t, a, filepath.Join(dir, "leader")))
+
+	// COMMAND is gone, its worker is not: the lock is still held.
+	other := filepath.Join(dir, "other")
+	if code, _, stderr := runRedlock(t, nil, args(flags, "--", "touch", other)...); code != exitNotObtained || exists(other) {
+		t.Errorf("contender while the worker runs: exit %d, ran %v; want %d without running; stderr:\n%s", code, exists(other), exitNotObtained, stderr)
+	}
+	if !a.running() {
+		t.Errorf("redlock exited while the job's worker still ran; stderr:\n%s", a.stderr.String())
+	}
+
+	touch(t, filepath.Join(dir, "stop"))
+	if code := a.wait(t); code != 3 {
+		t.Errorf("exit %d, want 3 (COMMAND's status); stderr:\n%s", code, a.stderr.String())
+	}
+	if !exists(filepath.Join(dir, "worked")) {
+		t.Error("the worker did not finish its work")
+	}
+	if left := marked(m); len(left) > 0 {
+		t.Errorf("redlock exited while %v still ran", left)
+	}
+	assertFree(t, clients, "bg")
+	if code, _, stderr := runRedlock(t, nil, args(flags, "--", "touch", other)...); code != 0 || !exists(other) {
+		t.Errorf("run after the job: exit %d, ran %v; stderr:\n%s", code, exists(other), stderr)
+	}
+}
+
+// The ways a process of the job may leave: started in the background in
+// the job's process group, in a session of its own (setsid), or as a
+// daemon (setsid, then a fork whose parent exits). $0 is the marker, $1 a
+// directory; each writes $1/ready once its long-lived shell runs, whose
+// body is $2 (quoted for sh -c '...').
+var escapes = []struct {
+	name   string
+	launch string
+}{
+	{"group", `sh -c "$2" "$0-worker" "$1" &`},
+	{"session", `setsid sh -c "$2" "$0-worker" "$1" &`},
+	{"daemon", `setsid sh -c 'sh -c "$2" "$0" "$1" & exit 0' "$0-worker" "$1" "$2" &`},
+}
+
+// stubborn ignores SIGTERM and runs until killed.
+const stubborn = `trap "" TERM; touch "$1/ready"; while :; do sleep 0.05; done`
+
+// jobScript starts a worker with escape's launch line, waits for it, then
+// runs until signalled; the job's shell itself dies of a SIGTERM.
+func jobScript(launch string) string {
+	return launch + `
+while [ ! -e "$1/ready" ]; do sleep 0.01; done
+touch "$1/started"
+while :; do sleep 0.05; done`
+}
+
+// When the lock is lost, every process of the job gets SIGTERM and, after
+// --grace, SIGKILL: also those that ignore SIGTERM and outlive COMMAND,
+// wherever they went.
+func TestLostLockKillsTheWholeJob(t *testing.T) {
+	t.Parallel()
+	for _, esc := range escapes {
+		t.Run(esc.name, func(t *testing.T) {
+			t.Parallel()
+			masters, clients := cluster(t, 3)
+			dir := t.TempDir()
+			m := marker(t)
+			a := start(t, nil, args(lockFlags(masters, "lost"), "--grace", "300ms", "--", "sh", "-c", jobScript(esc.launch), m, dir, stubborn)...)
+			waitFile(t, a, filepath.Join(dir, "started"))
+			intrude(t, clients, "lost")
+			if code := a.wait(t); code != exitLost {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLost, a.stderr.String())
+			}
+			// redlock waits for every process it signals: none is left.
+			if left := marked(m); len(left) > 0 {
+				t.Errorf("processes %v of the job outlived redlock", left)
+			}
+		})
+	}
+}
+
+// When redlock itself is killed with SIGKILL, the whole job dies with it.
+func TestKilledRedlockTakesTheJobWithIt(t *testing.T) {
+	t.Parallel()
+	for _, esc := range escapes {
+		t.Run(esc.name, func(t *testing.T) {
+			t.Parallel()
+			masters, _ := cluster(t, 1)
+			dir := t.TempDir()
+			m := marker(t)
+			a := start(t, nil, args(lockFlags(masters, "killed"), "--", "sh", "-c", jobScript(esc.launch), m, dir, stubborn)...)
+			waitFile(t, a, filepath.Join(dir, "started"))
+			if n := len(marked(m)); n < 2 {
+				t.Fatalf("found %d processes of the job, want COMMAND and its worker", n)
+			}
+			signalProc(t, a, syscall.SIGKILL)
+			a.wait(t)
+			waitGone(t, m)
+		})
+	}
+}
+
+// A signal sent to redlock reaches every process of the job, also those
+// in another process group or session.
+func TestSignalReachesTheWholeJob(t *testing.T) {
+	t.Parallel()
+	for _, esc := range escapes {
+		t.Run(esc.name, func(t *testing.T) {
+			t.Parallel()
+			masters, clients := cluster(t, 1)
+			dir := t.TempDir()
+			m := marker(t)
+			// The worker exits 0 on SIGHUP and says so; COMMAND dies of it.
+			worker := `trap 'touch "$1/hup"; exit 0' HUP; touch "$1/ready"; while :; do sleep 0.05; done`
+			a := start(t, nil, args(lockFlags(masters, "sig"), "--", "sh", "-c", jobScript(esc.launch), m, dir, worker)...)
+			waitFile(t, a, filepath.Join(dir, "started"))
+			signalProc(t, a, syscall.SIGHUP)
+			if code := a.wait(t); code != 128+int(syscall.SIGHUP) {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, 128+int(syscall.SIGHUP), a.stderr.String())
+			}
+			if !exists(filepath.Join(dir, "hup")) {
+				t.Error("the worker did not get the SIGHUP")
+			}
+			if left := marked(m); len(left) > 0 {
+				t.Errorf("processes %v of the job outlived redlock", left)
+			}
+			assertFree(t, clients, "sig")
+		})
+	}
+}
+
+// stopSignalled reports whether pid has a SIGSTOP waiting: a process in
+// an uninterruptible sleep (state D), such as a shell whose vfork child
+// stopped before its exec, stops once it wakes.
+func stopSignalled(pid int) bool {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if mask, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
+			m, _ := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			return m&(1<<(syscall.SIGSTOP-1)) != 0
+		}
+	}
+	return false
+}
+
+// waitState waits until every pid is (stopped true) or is not (false)
+// stopped: in the stopped state, or in D with a SIGSTOP waiting.
+func waitState(t *testing.T, stopped bool, pids ...int) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		all := true
+		for _, pid := range pids {
+			st, ok := readStat(pid)
+			if !ok {
+				t.Fatalf("pid %d is gone", pid)
+			}
+			if (st.state == 'T' || st.state == 'D' && stopSignalled(pid)) != stopped {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, pid := range pids {
+				st, _ := readStat(pid)
+				t.Logf("pid %d: state %c", pid, st.state)
+			}
+			t.Fatalf("not all of %v stopped=%v within %v", pids, stopped, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ctrlZJob counts its loops in $1/n and, on SIGTERM, writes the count it
+// had reached to $1/termed; a worker in a session of its own loops too.
+const ctrlZJob = `n=0
+trap 'echo $n > "$1/termed"; exit 0' TERM
+echo $$ > "$1/leader"
+setsid sh -c 'echo $$ > "$1/worker"; touch "$1/ready"; while [ ! -e "$1/stop" ]; do sleep 0.02; done' "$0-worker" "$1" &
+while [ ! -e "$1/ready" ]; do sleep 0.01; done
+touch "$1/started"
+while [ ! -e "$1/stop" ]; do n=$((n+1)); echo $n > "$1/n"; sleep 0.02; done`
+
+// startCtrlZ runs ctrlZJob under redlock in a process group of its own,
+// as a shell runs a job, so that SIGTSTP stops it; it returns redlock and
+// the pids of the job's two shells.
+func startCtrlZ(t *testing.T, flags []string, dir string) (*proc, []int) {
+	t.Helper()
+	m := marker(t)
+	a := startAs(t, &syscall.SysProcAttr{Setpgid: true}, nil, args(flags, "--", "sh", "-c", ctrlZJob, m, dir)...)
+	waitFile(t, a, filepath.Join(dir, "started"))
+	return a, []int{readPid(t, a, filepath.Join(dir, "leader")), readPid(t, a, filepath.Join(dir, "worker"))}
+}
+
+// Ctrl-Z (SIGTSTP) stops the whole job with redlock, and SIGCONT to
+// redlock continues both. Stopped for less than the lock's validity, the
+// job then runs on to its end under the lock.
+func TestCtrlZStopsAndContinuesTheJob(t *testing.T) {
+	t.Parallel()
+	masters, clients := cluster(t, 1)
+	dir := t.TempDir()
+	// A TTL long enough that the stop below ends well within it.
+	a, pids := startCtrlZ(t, []string{"run", "--masters", masters, "--key", "z", "--ttl", "20s", "--node-timeout", "300ms"}, dir)
+	for _, sig := range []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU} {
+		signalProc(t, a, sig)
+		waitState(t, true, append(pids, a.cmd.Process.Pid)...)
+		signalProc(t, a, syscall.SIGCONT)
+		waitState(t, false, append(pids, a.cmd.Process.Pid)...)
+	}
+	// The job runs on: its count goes up again.
+	n := readFile(t, filepath.Join(dir, "n"))
+	deadline := time.Now().Add(timeout)
+	for readFile(t, filepath.Join(dir, "n")) == n {
+		if time.Now().After(deadline) {
+			t.Fatal("the job did not run on after SIGCONT")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	touch(t, filepath.Join(dir, "stop"))
+	if code := a.wait(t); code != 0 {
+		t.Errorf("exit %d, want 0; stderr:\n%s", code, a.stderr.String())
+	}
+	if exists(filepath.Join(dir, "termed")) {
+		t.Error("the job got SIGTERM")
+	}
+	assertFree(t, clients, "z")
+}
+
+// Stopped past the lock's validity, the job does not run while another
+// holder may: it stays stopped while its key expires and another run takes
+// the lock, and once continued it gets SIGTERM before it runs on, and
+// redlock exits 76.
+func TestCtrlZPastTheValidity(t *testing.T) {
+	t.Parallel()
+	masters, clients := cluster(t, 1)
+	dir := t.TempDir()
+	a, pids := startCtrlZ(t, lockFlags(masters, "z"), dir)
+	signalProc(t, a, syscall.SIGTSTP)
+	waitState(t, true, append(pids, a.cmd.Process.Pid)...)
+	n0, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, "n"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The key expires while redlock is stopped: no renewal. Another run
+	// takes the lock and runs while the job stays stopped.
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := clients[0].Exists(ctxT(t), "z").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key did not expire while redlock was stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	other := filepath.Join(dir, "other")
+	if code, _, stderr := runRedlock(t, nil, args(lockFlags(masters, "z"), "--", "touch", other)...); code != 0 || !exists(other) {
+		t.Errorf("run while the first is stopped: exit %d, ran %v; stderr:\n%s", code, exists(other), stderr)
+	}
+	waitState(t, true, append(pids, a.cmd.Process.Pid)...)
+
+	signalProc(t, a, syscall.SIGCONT)
+	if code := a.wait(t); code != exitLost {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLost, a.stderr.String())
+	}
+	termed := strings.TrimSpace(readFile(t, filepath.Join(dir, "termed")))
+	// The SIGTERM was waiting when the job resumed: it ran at most the
+	// loop it was stopped in.
+	if n1, err := strconv.Atoi(termed); err != nil || n1 > n0+1 {
+		t.Errorf("the job's count was %d when stopped and %q when it got SIGTERM: it ran on before being told", n0, termed)
+	}
+}
