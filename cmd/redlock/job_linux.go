@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -46,6 +47,12 @@ type job struct {
 	guard    *exec.Cmd
 	leader   int      // COMMAND's pid, also its process group's id
 	lifeline *os.File // the write end; closed once the guard has exited
+
+	// mu pins the guard's pid while the job is signalled: follow reaps
+	// the guard only after setting gone, so that a pid freed and reused
+	// meanwhile is never taken for the guard.
+	mu   sync.Mutex
+	gone bool
 
 	exited chan struct{} // closed when COMMAND has exited; status is then set
 	status int           // COMMAND's status, 128+S when signal S killed it
@@ -132,6 +139,10 @@ func (j *job) follow(rd *bufio.Reader, f *os.File) {
 		}
 	}
 	f.Close()
+	// EOF: the guard has exited, and stays a zombie until Wait.
+	j.mu.Lock()
+	j.gone = true
+	j.mu.Unlock()
 	werr := j.guard.Wait()
 	if werr != nil || !isClosed(j.exited) {
 		// The guard died (killed, out of memory): COMMAND died of its
@@ -152,25 +163,37 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
+// below runs f with the guard's pid while the guard is not reaped; once
+// it is, the job has no process left and f does not run.
+func (j *job) below(f func(root int)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.gone {
+		f(j.guard.Process.Pid)
+	}
+}
+
 // signal sends sig to every process of the job.
 func (j *job) signal(sig os.Signal) {
 	if s, ok := sig.(syscall.Signal); ok {
-		signalTree(j.guard.Process.Pid, j.leader, s)
+		j.below(func(root int) { signalTree(root, j.leader, s) })
 	}
 }
 
 // stop stops every process of the job; cont continues them.
-func (j *job) stop() { stopTree(j.guard.Process.Pid, j.leader) }
-func (j *job) cont() { signalTree(j.guard.Process.Pid, j.leader, syscall.SIGCONT) }
+func (j *job) stop() { j.below(func(root int) { stopTree(root, j.leader) }) }
+func (j *job) cont() { j.signal(syscall.SIGCONT) }
 
 // left returns how many processes of the job are alive.
 func (j *job) left() int {
 	n := 0
-	for _, p := range descendants(j.guard.Process.Pid) {
-		if p.live() {
-			n++
+	j.below(func(root int) {
+		for _, p := range descendants(root) {
+			if p.live() {
+				n++
+			}
 		}
-	}
+	})
 	return n
 }
 

@@ -75,36 +75,10 @@ func waitGone(t *testing.T, m string) {
 	}
 }
 
-// stat is what the tests read of /proc/PID/stat.
-type stat struct {
-	state      byte
-	ppid, pgid int
-}
-
-// readStat reads pid's state; ok is false once it is gone.
-func readStat(pid int) (stat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return stat{}, false
-	}
-	// "pid (comm) S ppid pgrp ...": comm may hold anything but ends at the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return stat{}, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 {
-		return stat{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	pgid, _ := strconv.Atoi(f[2])
-	return stat{state: f[0][0], ppid: ppid, pgid: pgid}, true
-}
-
 // exitedPid reports whether pid has exited (gone, or a zombie).
 func exitedPid(pid int) bool {
-	st, ok := readStat(pid)
-	return !ok || st.state == 'Z' || st.state == 'X'
+	p, ok := readProcess(pid)
+	return !ok || !p.live()
 }
 
 // waitExited waits until pid has exited.
@@ -150,7 +124,7 @@ func childrenOf(pid int) []int {
 		if err != nil {
 			continue
 		}
-		if st, ok := readStat(p); ok && st.ppid == pid {
+		if st, ok := readProcess(p); ok && st.ppid == pid {
 			kids = append(kids, p)
 		}
 	}
@@ -216,12 +190,35 @@ var escapes = []struct {
 const stubborn = `trap "" TERM; touch "$1/ready"; while :; do sleep 0.05; done`
 
 // jobScript starts a worker with escape's launch line, waits for it, then
-// runs until signalled; the job's shell itself dies of a SIGTERM.
+// runs until signalled or $1/stop exists; the job's shell itself dies of
+// a SIGTERM.
 func jobScript(launch string) string {
 	return launch + `
 while [ ! -e "$1/ready" ]; do sleep 0.01; done
 touch "$1/started"
-while :; do sleep 0.05; done`
+while [ ! -e "$1/stop" ]; do sleep 0.05; done`
+}
+
+// startEscaped runs under redlock, with lockFlags(masters, key) and extra
+// flags, a job whose COMMAND starts a worker with launch, running body,
+// and returns redlock once both run, the job's marker and its directory.
+func startEscaped(t *testing.T, masters, key string, extra []string, launch, body string) (a *proc, m, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	m = marker(t)
+	// redlock in a process group of its own, as a shell runs a job.
+	a = startAs(t, &syscall.SysProcAttr{Setpgid: true}, nil, args(append(lockFlags(masters, key), extra...), "--", "sh", "-c", jobScript(launch), m, dir, body)...)
+	waitFile(t, a, filepath.Join(dir, "started"))
+	return a, m, dir
+}
+
+// noneLeft checks that no process of the job outlived redlock: redlock
+// waits for every process it signals.
+func noneLeft(t *testing.T, m string) {
+	t.Helper()
+	if left := marked(m); len(left) > 0 {
+		t.Errorf("processes %v of the job outlived redlock", left)
+	}
 }
 
 // When the lock is lost, every process of the job gets SIGTERM and, after
@@ -233,18 +230,12 @@ func TestLostLockKillsTheWholeJob(t *testing.T) {
 		t.Run(esc.name, func(t *testing.T) {
 			t.Parallel()
 			masters, clients := cluster(t, 3)
-			dir := t.TempDir()
-			m := marker(t)
-			a := start(t, nil, args(lockFlags(masters, "lost"), "--grace", "300ms", "--", "sh", "-c", jobScript(esc.launch), m, dir, stubborn)...)
-			waitFile(t, a, filepath.Join(dir, "started"))
+			a, m, _ := startEscaped(t, masters, "lost", []string{"--grace", "300ms"}, esc.launch, stubborn)
 			intrude(t, clients, "lost")
 			if code := a.wait(t); code != exitLost {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLost, a.stderr.String())
 			}
-			// redlock waits for every process it signals: none is left.
-			if left := marked(m); len(left) > 0 {
-				t.Errorf("processes %v of the job outlived redlock", left)
-			}
+			noneLeft(t, m)
 		})
 	}
 }
@@ -256,10 +247,7 @@ func TestKilledRedlockTakesTheJobWithIt(t *testing.T) {
 		t.Run(esc.name, func(t *testing.T) {
 			t.Parallel()
 			masters, _ := cluster(t, 1)
-			dir := t.TempDir()
-			m := marker(t)
-			a := start(t, nil, args(lockFlags(masters, "killed"), "--", "sh", "-c", jobScript(esc.launch), m, dir, stubborn)...)
-			waitFile(t, a, filepath.Join(dir, "started"))
+			a, m, _ := startEscaped(t, masters, "killed", nil, esc.launch, stubborn)
 			if n := len(marked(m)); n < 2 {
 				t.Fatalf("found %d processes of the job, want COMMAND and its worker", n)
 			}
@@ -278,12 +266,9 @@ func TestSignalReachesTheWholeJob(t *testing.T) {
 		t.Run(esc.name, func(t *testing.T) {
 			t.Parallel()
 			masters, clients := cluster(t, 1)
-			dir := t.TempDir()
-			m := marker(t)
 			// The worker exits 0 on SIGHUP and says so; COMMAND dies of it.
 			worker := `trap 'touch "$1/hup"; exit 0' HUP; touch "$1/ready"; while :; do sleep 0.05; done`
-			a := start(t, nil, args(lockFlags(masters, "sig"), "--", "sh", "-c", jobScript(esc.launch), m, dir, worker)...)
-			waitFile(t, a, filepath.Join(dir, "started"))
+			a, m, dir := startEscaped(t, masters, "sig", nil, esc.launch, worker)
 			signalProc(t, a, syscall.SIGHUP)
 			if code := a.wait(t); code != 128+int(syscall.SIGHUP) {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, 128+int(syscall.SIGHUP), a.stderr.String())
@@ -291,41 +276,26 @@ func TestSignalReachesTheWholeJob(t *testing.T) {
 			if !exists(filepath.Join(dir, "hup")) {
 				t.Error("the worker did not get the SIGHUP")
 			}
-			if left := marked(m); len(left) > 0 {
-				t.Errorf("processes %v of the job outlived redlock", left)
-			}
+			noneLeft(t, m)
 			assertFree(t, clients, "sig")
 		})
 	}
 }
 
-// stopSignalled reports whether pid has a SIGSTOP waiting: a process in
-// an uninterruptible sleep (state D), such as a shell whose vfork child
-// stopped before its exec, stops once it wakes.
-func stopSignalled(pid int) bool {
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	for _, line := range strings.Split(string(b), "\n") {
-		if mask, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
-			m, _ := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
-			return m&(1<<(syscall.SIGSTOP-1)) != 0
-		}
-	}
-	return false
-}
-
 // waitState waits until every pid is (stopped true) or is not (false)
-// stopped: in the stopped state, or in D with a SIGSTOP waiting.
+// stopped: in the stopped state, or in D with a SIGSTOP waiting (a shell
+// whose vfork child stopped before its exec stops once it wakes).
 func waitState(t *testing.T, stopped bool, pids ...int) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		all := true
 		for _, pid := range pids {
-			st, ok := readStat(pid)
+			st, ok := readProcess(pid)
 			if !ok {
 				t.Fatalf("pid %d is gone", pid)
 			}
-			if (st.state == 'T' || st.state == 'D' && stopSignalled(pid)) != stopped {
+			if (st.state == 'T' || st.state == 'D' && stopPending(pid)) != stopped {
 				all = false
 			}
 		}
@@ -334,7 +304,7 @@ func waitState(t *testing.T, stopped bool, pids ...int) {
 		}
 		if time.Now().After(deadline) {
 			for _, pid := range pids {
-				st, _ := readStat(pid)
+				st, _ := readProcess(pid)
 				t.Logf("pid %d: state %c", pid, st.state)
 			}
 			t.Fatalf("not all of %v stopped=%v within %v", pids, stopped, timeout)
@@ -440,10 +410,183 @@ func TestCtrlZPastTheValidity(t *testing.T) {
 	if code := a.wait(t); code != exitLost {
 		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLost, a.stderr.String())
 	}
+	// The default --grace, a third of the TTL.
+	if !strings.Contains(a.stderr.String(), "SIGKILL in "+(testTTL/3).String()) {
+		t.Errorf("stderr does not give the default --grace of %v:\n%s", testTTL/3, a.stderr.String())
+	}
 	termed := strings.TrimSpace(readFile(t, filepath.Join(dir, "termed")))
 	// The SIGTERM was waiting when the job resumed: it ran at most the
 	// loop it was stopped in.
 	if n1, err := strconv.Atoi(termed); err != nil || n1 > n0+1 {
 		t.Errorf("the job's count was %d when stopped and %q when it got SIGTERM: it ran on before being told", n0, termed)
 	}
+}
+
+// forkLoop forks without end: 40 workers that ignore SIGTERM, half of
+// them in sessions of their own, blocked on a FIFO no one writes to, then
+// short-lived shells, in and out of its group, about a hundred a second
+// (more would load a shared machine); it ignores SIGTERM too.
+const forkLoop = `trap "" TERM
+mkfifo "$1/fifo"
+i=0
+while :; do
+	if [ $i -lt 40 ]; then
+		sh -c 'trap "" TERM; read x < "$1/fifo"' "$0-worker" "$1" &
+		setsid sh -c 'trap "" TERM; read x < "$1/fifo"' "$0-worker" "$1" &
+		i=$((i+2))
+		[ $i -ge 40 ] && touch "$1/started"
+	else
+		sh -c 'exit 0' "$0-short" &
+		setsid sh -c 'exit 0' "$0-short" &
+		sleep 0.01
+	fi
+done`
+
+// A job that keeps forking, in and out of its process group, and ignores
+// SIGTERM is still killed to its last process: after a lost lock, and
+// when redlock is killed.
+func TestForkingJobIsKilled(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"lost", "killed"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			masters, clients := cluster(t, 1)
+			dir := t.TempDir()
+			m := marker(t)
+			a := start(t, nil, args(lockFlags(masters, "fork"), "--grace", "300ms", "--", "sh", "-c", forkLoop, m, dir)...)
+			waitFile(t, a, filepath.Join(dir, "started"))
+			if how == "lost" {
+				intrude(t, clients, "fork")
+				if code := a.wait(t); code != exitLost {
+					t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLost, a.stderr.String())
+				}
+				noneLeft(t, m)
+				return
+			}
+			signalProc(t, a, syscall.SIGKILL)
+			a.wait(t)
+			waitGone(t, m)
+		})
+	}
+}
+
+// guardOf returns redlock's guard: its only child.
+func guardOf(t *testing.T, p *proc) int {
+	t.Helper()
+	kids := childrenOf(p.cmd.Process.Pid)
+	if len(kids) != 1 {
+		t.Fatalf("redlock has children %v, want its guard alone", kids)
+	}
+	return kids[0]
+}
+
+// If the guard dies, redlock kills what is left of the job, says so and
+// exits 125; the lock is released, as no process of the job is left.
+func TestKilledGuard(t *testing.T) {
+	t.Parallel()
+	for _, esc := range escapes {
+		t.Run(esc.name, func(t *testing.T) {
+			t.Parallel()
+			masters, clients := cluster(t, 1)
+			a, m, _ := startEscaped(t, masters, "guard", nil, esc.launch, stubborn)
+			if err := syscall.Kill(guardOf(t, a), syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if code := a.wait(t); code != exitFailure {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, exitFailure, a.stderr.String())
+			}
+			if !strings.Contains(a.stderr.String(), "guard") {
+				t.Errorf("stderr does not say the guard died:\n%s", a.stderr.String())
+			}
+			noneLeft(t, m)
+			assertFree(t, clients, "guard")
+		})
+	}
+}
+
+// signalsPending reports whether a signal sent to pid waits to be
+// delivered.
+func signalsPending(pid int) bool {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if mask, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
+			return strings.Trim(mask, "\t 0") != ""
+		}
+	}
+	return false
+}
+
+// The guard outlives what is meant for redlock: signals by name (pkill
+// redlock), and a SIGKILL to redlock's process group, which the guard is
+// not in; then it kills the job.
+func TestGuardOutlivesSignalsForRedlock(t *testing.T) {
+	t.Parallel()
+	masters, _ := cluster(t, 1)
+	// A worker that ends when the job does.
+	worker := `touch "$1/ready"; while [ ! -e "$1/stop" ]; do sleep 0.05; done`
+	a, m, dir := startEscaped(t, masters, "guard", nil, escapes[1].launch, worker)
+	guard := guardOf(t, a)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGTSTP} {
+		if err := syscall.Kill(guard, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for signalsPending(guard) {
+		if time.Now().After(deadline) {
+			t.Fatal("the guard did not take its signals")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The guard still follows the job: its end is COMMAND's status.
+	touch(t, filepath.Join(dir, "stop"))
+	if code := a.wait(t); code != 0 {
+		t.Errorf("exit %d, want 0; stderr:\n%s", code, a.stderr.String())
+	}
+	noneLeft(t, m)
+
+	// A SIGKILL to redlock's whole process group.
+	a, m, _ = startEscaped(t, masters, "guard", nil, escapes[1].launch, stubborn)
+	if err := syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(t)
+	waitGone(t, m)
+}
+
+// redlock killed after COMMAND exited, while a worker it left holds the
+// lock, or while redlock and the job are stopped: the job dies with it.
+func TestKilledRedlockAfterCommandExitedOrWhileStopped(t *testing.T) {
+	t.Parallel()
+	t.Run("exited", func(t *testing.T) {
+		t.Parallel()
+		masters, _ := cluster(t, 1)
+		dir := t.TempDir()
+		m := marker(t)
+		script := `echo $$ > "$1/leader"
+sh -c 'touch "$1/ready"; while :; do sleep 0.05; done' "$0-worker" "$1" &
+while [ ! -e "$1/ready" ]; do sleep 0.01; done
+exit 0`
+		a := start(t, nil, args(lockFlags(masters, "k"), "--", "sh", "-c", script, m, dir)...)
+		waitExited(t, readPid(t, a, filepath.Join(dir, "leader")))
+		if !a.running() || len(marked(m)) != 1 {
+			t.Fatalf("want redlock and the worker running; redlock running %v, job %v", a.running(), marked(m))
+		}
+		signalProc(t, a, syscall.SIGKILL)
+		a.wait(t)
+		waitGone(t, m)
+	})
+	t.Run("stopped", func(t *testing.T) {
+		t.Parallel()
+		masters, _ := cluster(t, 1)
+		dir := t.TempDir()
+		a, pids := startCtrlZ(t, lockFlags(masters, "k"), dir)
+		signalProc(t, a, syscall.SIGTSTP)
+		waitState(t, true, append(pids, a.cmd.Process.Pid)...)
+		signalProc(t, a, syscall.SIGKILL)
+		a.wait(t)
+		for _, pid := range pids {
+			waitExited(t, pid)
+		}
+	})
 }

@@ -41,8 +41,9 @@ COMMAND gets REDLOCK_KEY, REDLOCK_TOKEN and, with --fencing only,
 REDLOCK_FENCE in its environment, and no REDLOCK_MASTERS or
 REDLOCK_PASSWORD.`
 
-// maxGrace is the default --grace for TTLs of 30s and more.
-const maxGrace = 10 * time.Second
+// defaultGrace is --grace when not given: a third of the TTL, which
+// renewals every ttl/3 keep the validity well above, and at most 10s.
+func defaultGrace(ttl time.Duration) time.Duration { return min(10*time.Second, ttl/3) }
 
 // runCmd is `redlock run`.
 func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -60,7 +61,7 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	graceSet := false
 	fset.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "grace" })
 	if !graceSet {
-		*grace = min(maxGrace, *ttl/3)
+		*grace = defaultGrace(*ttl)
 	}
 	command := fset.Args()
 	var err error
