@@ -19,23 +19,24 @@ import (
 const runSynopsis = `Usage: redlock run --masters ADDR[,ADDR...] --key KEY [--ttl 30s] [--wait 10s] [flags] -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock on KEY, renewed every ttl/3, and
-releases it once COMMAND and every process it started have ended. If the
-lock is not obtained (after --wait), COMMAND does not start and redlock
-exits 75.
+releases it once no process of the job is left. If the lock is not
+obtained (after --wait), COMMAND does not start and redlock exits 75.
 
 The job is COMMAND and every process it starts, also one that outlives
-COMMAND or leaves its process group or session (on Linux; elsewhere,
-COMMAND's process group). Every signal below goes to each of them.
+COMMAND or leaves its process group or session (setsid, a daemon). On
+Linux redlock follows them all; elsewhere the job is COMMAND's process
+group, and COMMAND alone is waited for. Each signal below goes to every
+process of the job.
 
-When renewals keep failing and the lock's remaining validity is down to
---grace, or when the lock is lost, the job gets SIGTERM, then SIGKILL
---grace later (by the time the validity ends), and redlock exits 76.
-SIGINT, SIGTERM and SIGHUP sent to redlock go to the job; redlock then
-waits for it. Ctrl-Z (SIGTSTP, SIGTTIN, SIGTTOU) stops the job with
-SIGSTOP and redlock with it; SIGCONT to redlock continues both, but a job
-whose lock's validity ran down to --grace meanwhile gets SIGTERM first.
-If redlock dies, even of SIGKILL, the job is killed. Otherwise redlock
-exits with COMMAND's status (128+S when signal S killed it).
+When the lock's remaining validity is down to --grace (renewals late or
+failing), or when the lock is lost, the job gets SIGTERM, then SIGKILL
+--grace later, by the time the validity ends; redlock exits 76. SIGINT,
+SIGTERM and SIGHUP sent to redlock go to the job; redlock then waits for
+it. Ctrl-Z (SIGTSTP, SIGTTIN, SIGTTOU) stops the job with SIGSTOP, then
+redlock; SIGCONT to redlock continues both, but a job whose lock's
+validity ran down to --grace meanwhile gets SIGTERM first. On Linux, if
+redlock dies, even of SIGKILL, the job is killed. Otherwise redlock exits
+with COMMAND's status (128+S when signal S killed it).
 
 COMMAND gets REDLOCK_KEY, REDLOCK_TOKEN and, with --fencing only,
 REDLOCK_FENCE in its environment, and no REDLOCK_MASTERS or

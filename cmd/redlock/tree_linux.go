@@ -158,9 +158,11 @@ func stopPending(pid int) bool {
 // killTree kills every process below root, reaping the children of this
 // process as they die, until this process has no child left (ECHILD). It
 // is for a process whose only children are the job's: the guard, or
-// redlock once its guard is gone.
+// redlock once its guard is gone. It scans again every 5ms at first, then
+// less often, up to every 500ms: a process it may not signal (one of
+// another user's, under sudo) ends only in its own time.
 func killTree(root, pgid int) {
-	for {
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		signalTree(root, pgid, syscall.SIGKILL)
 		for {
 			var ws syscall.WaitStatus
@@ -172,7 +174,7 @@ func killTree(root, pgid int) {
 				break
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(wait)
 	}
 }
 
