@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // These tests follow the job's processes through /proc, which only Linux
@@ -62,17 +61,7 @@ func marked(m string) []int {
 // waitGone waits until no process of the marker is left.
 func waitGone(t *testing.T, m string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		left := marked(m)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes %v of the job still run %v later", left, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, nil, "the job's processes ended", func() bool { return len(marked(m)) == 0 })
 }
 
 // exitedPid reports whether pid has exited (gone, or a zombie).
@@ -84,35 +73,22 @@ func exitedPid(pid int) bool {
 // waitExited waits until pid has exited.
 func waitExited(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !exitedPid(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d did not exit within %v", pid, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, nil, fmt.Sprintf("pid %d exited", pid), func() bool { return exitedPid(pid) })
 }
 
 // readPid reads a pid the job wrote to path, waiting for the file.
 func readPid(t *testing.T, p *proc, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				t.Fatalf("%s: %q", path, b)
-			}
-			return pid
-		}
-		if p != nil && !p.running() {
-			t.Fatalf("redlock exited (%v) before %s appeared; stderr:\n%s", p.err, filepath.Base(path), p.stderr.String())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear within %v", path, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var b []byte
+	waitFor(t, p, filepath.Base(path)+" written", func() bool {
+		b, _ = os.ReadFile(path)
+		return bytes.HasSuffix(b, []byte("\n"))
+	})
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %q", path, b)
 	}
+	return pid
 }
 
 // childrenOf returns the pids whose parent is pid.
@@ -153,13 +129,9 @@ exit 3`
 		t.Errorf("contender while the worker runs: exit %d, ran %v; want %d without running; stderr:\n%s", code, exists(other), exitNotObtained, stderr)
 	}
 	// redlock says why it still holds the lock.
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(a.stderr.String(), "the lock stays held until every process it started has ended (1 left)") {
-		if !a.running() || time.Now().After(deadline) {
-			t.Fatalf("redlock did not say it holds the lock for the worker; stderr:\n%s", a.stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, a, "redlock said it holds the lock for the worker", func() bool {
+		return strings.Contains(a.stderr.String(), "the lock stays held until every process it started has ended (1 left)")
+	})
 
 	touch(t, filepath.Join(dir, "stop"))
 	if code := a.wait(t); code != 3 {
@@ -292,30 +264,18 @@ func TestSignalReachesTheWholeJob(t *testing.T) {
 // whose vfork child stopped before its exec stops once it wakes).
 func waitState(t *testing.T, stopped bool, pids ...int) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		all := true
+	waitFor(t, nil, fmt.Sprintf("%v stopped=%v", pids, stopped), func() bool {
 		for _, pid := range pids {
 			st, ok := readProcess(pid)
 			if !ok {
 				t.Fatalf("pid %d is gone", pid)
 			}
 			if (st.state == 'T' || st.state == 'D' && stopPending(pid)) != stopped {
-				all = false
+				return false
 			}
 		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			for _, pid := range pids {
-				st, _ := readProcess(pid)
-				t.Logf("pid %d: state %c", pid, st.state)
-			}
-			t.Fatalf("not all of %v stopped=%v within %v", pids, stopped, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 // ctrlZJob counts its loops in $1/n and, on SIGTERM, writes the count it
@@ -356,13 +316,7 @@ func TestCtrlZStopsAndContinuesTheJob(t *testing.T) {
 	}
 	// The job runs on: its count goes up again.
 	n := readFile(t, filepath.Join(dir, "n"))
-	deadline := time.Now().Add(timeout)
-	for readFile(t, filepath.Join(dir, "n")) == n {
-		if time.Now().After(deadline) {
-			t.Fatal("the job did not run on after SIGCONT")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, a, "the job ran on after SIGCONT", func() bool { return readFile(t, filepath.Join(dir, "n")) != n })
 	touch(t, filepath.Join(dir, "stop"))
 	if code := a.wait(t); code != 0 {
 		t.Errorf("exit %d, want 0; stderr:\n%s", code, a.stderr.String())
@@ -391,20 +345,7 @@ func TestCtrlZPastTheValidity(t *testing.T) {
 
 	// The key expires while redlock is stopped: no renewal. Another run
 	// takes the lock and runs while the job stays stopped.
-	deadline := time.Now().Add(timeout)
-	for {
-		n, err := clients[0].Exists(ctxT(t), "z").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the key did not expire while redlock was stopped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitExpired(t, clients[0], "z")
 	other := filepath.Join(dir, "other")
 	if code, _, stderr := runRedlock(t, nil, args(lockFlags(masters, "z"), "--", "touch", other)...); code != 0 || !exists(other) {
 		t.Errorf("run while the first is stopped: exit %d, ran %v; stderr:\n%s", code, exists(other), stderr)
@@ -536,13 +477,7 @@ func TestGuardOutlivesSignalsForRedlock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(timeout)
-	for signalsPending(guard) {
-		if time.Now().After(deadline) {
-			t.Fatal("the guard did not take its signals")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, a, "the guard took its signals", func() bool { return !signalsPending(guard) })
 	// The guard still follows the job: its end is COMMAND's status.
 	touch(t, filepath.Join(dir, "stop"))
 	if code := a.wait(t); code != 0 {

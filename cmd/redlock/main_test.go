@@ -144,22 +144,26 @@ func runRedlock(t *testing.T, env []string, args ...string) (code int, stdout, s
 	return code, p.stdout.String(), p.stderr.String()
 }
 
+// waitFor polls cond until it holds. It fails the test, saying what it
+// waited for, after timeout or, when p is not nil, once p has exited.
+func waitFor(t *testing.T, p *proc, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if p != nil && !p.running() && !cond() {
+			t.Fatalf("redlock exited (%v) before %s; stderr:\n%s", p.err, what, p.stderr.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitFile waits until path exists, or p exits, or the timeout.
 func waitFile(t *testing.T, p *proc, path string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if p != nil && !p.running() {
-			t.Fatalf("redlock exited (%v) before %s appeared; stderr:\n%s", p.err, filepath.Base(path), p.stderr.String())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear within %v", path, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, p, filepath.Base(path)+" appeared", func() bool { return exists(path) })
 }
 
 func touch(t *testing.T, path string) {

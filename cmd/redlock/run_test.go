@@ -154,6 +154,18 @@ func TestRunLongerThanTTLIsRenewed(t *testing.T) {
 	assertFree(t, clients, "long")
 }
 
+// waitExpired waits until key is gone from the master c.
+func waitExpired(t *testing.T, c redis.UniversalClient, key string) {
+	t.Helper()
+	waitFor(t, nil, key+" expired", func() bool {
+		n, err := c.Exists(ctxT(t), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+}
+
 // intrude overwrites key on every master, as another owner would after the
 // lock had lapsed.
 func intrude(t *testing.T, clients []redis.UniversalClient, key string) {
@@ -526,20 +538,7 @@ func TestJobToldWhileTheLockIsStillValid(t *testing.T) {
 	if err := admin.Do(ctx, "CLIENT", "KILL", "USER", "alice").Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		n, err := admin.Exists(ctx, "early").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the key did not expire; stderr:\n%s", a.stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitExpired(t, admin, "early")
 	if !exists(cleaned) {
 		t.Errorf("the key expired before the job had finished its cleanup (SIGTERM received: %v); stderr:\n%s", exists(termed), a.stderr.String())
 	}
