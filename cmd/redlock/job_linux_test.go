@@ -531,3 +531,14 @@ exit 0`
 		}
 	})
 }
+
+// The guard's name, typed as a command, is an unknown command: the guard
+// runs only with the pipes redlock gives it.
+func TestGuardIsNotACommand(t *testing.T) {
+	t.Parallel()
+	ran := filepath.Join(t.TempDir(), "ran")
+	code, _, stderr := runRedlock(t, nil, guardArg, "--", "touch", ran)
+	if code != exitUsage || exists(ran) || !strings.Contains(stderr, "unknown command") {
+		t.Errorf("exit %d, ran %v; want %d, not run, unknown command; stderr:\n%s", code, exists(ran), exitUsage, stderr)
+	}
+}
