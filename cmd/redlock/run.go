@@ -353,7 +353,7 @@ func (r *runner) supervise(lock *redlock.Lock, work context.Context) (status int
 			if termed {
 				r.errorf("lock %q lost (%v)", r.key, context.Cause(work))
 			} else {
-				term("lock %q lost while the command ran (%v)", r.key, context.Cause(work))
+				term("lock %q lost while the job ran (%v)", r.key, context.Cause(work))
 			}
 		case <-kill:
 			// Again every 100ms: a process forked meanwhile dies too.
@@ -361,8 +361,6 @@ func (r *runner) supervise(lock *redlock.Lock, work context.Context) (status int
 			j.signal(killSignal)
 			t := time.NewTicker(100 * time.Millisecond)
 			defer t.Stop()
-			kill = nil
-			note = nil
 			for {
 				select {
 				case <-j.done:
