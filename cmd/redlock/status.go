@@ -24,14 +24,18 @@ Output, one line per master, tab-separated:
   ADDR  error  MESSAGE
 then one summary line:
   locked: token=TOKEN on M of N masters (quorum Q)
-  not locked: ...`
+  not locked: ...
+A TOKEN that is not printable ASCII without spaces, quotes or backslashes
+is shown quoted, with Go's escapes ("\x1b[2J\tfoo"); control characters
+in a MESSAGE are escaped the same way.`
 
 // statusTimeout bounds the status requests to one master when
 // --node-timeout is not given.
 const statusTimeout = 2 * time.Second
 
 type masterStatus struct {
-	token string // "" when free
+	held  bool
+	token string
 	ttl   time.Duration
 	err   error
 }
@@ -79,16 +83,16 @@ func statusCmd(args []string, getenv func(string) string, stdout, stderr io.Writ
 		addr := opts[i].Addr
 		switch {
 		case st.err != nil:
-			fmt.Fprintf(stdout, "%s\terror\t%v\n", addr, st.err)
+			fmt.Fprintf(stdout, "%s\terror\t%s\n", addr, escapeControl(st.err.Error()))
 			code = exitFailure
-		case st.token == "":
+		case !st.held:
 			fmt.Fprintf(stdout, "%s\tfree\n", addr)
 		default:
 			ttl := "none"
 			if st.ttl >= 0 {
 				ttl = st.ttl.String()
 			}
-			fmt.Fprintf(stdout, "%s\theld\ttoken=%s\tttl=%s\n", addr, st.token, ttl)
+			fmt.Fprintf(stdout, "%s\theld\ttoken=%s\tttl=%s\n", addr, quoteToken(st.token), ttl)
 			tokens[st.token]++
 		}
 	}
@@ -101,7 +105,7 @@ func statusCmd(args []string, getenv func(string) string, stdout, stderr io.Writ
 	}
 	switch {
 	case n >= quorum:
-		fmt.Fprintf(stdout, "locked: token=%s on %d of %d masters (quorum %d)\n", best, n, len(opts), quorum)
+		fmt.Fprintf(stdout, "locked: token=%s on %d of %d masters (quorum %d)\n", quoteToken(best), n, len(opts), quorum)
 	case n == 0 && code == 0:
 		fmt.Fprintf(stdout, "not locked: free on every master\n")
 	default:
@@ -134,5 +138,5 @@ func status(ctx context.Context, c *redis.Client, key string) masterStatus {
 	if ttl < 0 {
 		ttl = -1
 	}
-	return masterStatus{token: get.Val(), ttl: ttl}
+	return masterStatus{held: true, token: get.Val(), ttl: ttl}
 }

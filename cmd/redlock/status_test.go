@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,57 @@ func TestStatus(t *testing.T) {
 	}
 	if !strings.Contains(out, servers[2].Addr()+"\terror\t") || !strings.Contains(out, "on 2 of 3 masters (quorum 2)") {
 		t.Errorf("status with a dead master:\n%s", out)
+	}
+}
+
+// A value that is not a plain token is shown quoted and escaped: it can
+// neither add fields or lines to the tab-separated output nor reach the
+// terminal as an escape sequence.
+func TestStatusEscapesTheValue(t *testing.T) {
+	t.Parallel()
+	servers := redistest.Start(t, 3)
+	clients := redistest.Clients(t, servers)
+	masters := servers[0].Addr() + "," + servers[1].Addr() + "," + servers[2].Addr()
+	const value = "\x1b[2J\tfoo\nbar"
+	for i, c := range clients {
+		if err := c.Set(ctxT(t), "forged", value, time.Minute).Err(); err != nil {
+			t.Fatalf("master %d: %v", i, err)
+		}
+	}
+	code, out, stderr := runRedlock(t, nil, "status", "--masters", masters, "--key", "forged")
+	if code != 0 {
+		t.Fatalf("status: exit %d; stderr:\n%s", code, stderr)
+	}
+	if strings.ContainsAny(out, "\x1b\r") {
+		t.Errorf("the output holds a control character: %q", out)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("status printed %d lines, want 4: %q", len(lines), out)
+	}
+	quoted := `"\x1b[2J\tfoo\nbar"`
+	for i, s := range servers {
+		f := strings.Split(lines[i], "\t")
+		if len(f) != 4 || f[0] != s.Addr() || f[1] != "held" || f[2] != "token="+quoted {
+			t.Errorf("line %d = %q, want %s, held, token=%s, ttl=...", i, lines[i], s.Addr(), quoted)
+		}
+	}
+	if want := "locked: token=" + quoted + " on 3 of 3 masters (quorum 2)"; lines[3] != want {
+		t.Errorf("summary = %q, want %q", lines[3], want)
+	}
+	// The quoted form reads back as the value.
+	if got, err := strconv.Unquote(quoted); err != nil || got != value {
+		t.Errorf("%s unquotes to %q, %v", quoted, got, err)
+	}
+
+	// An empty value is a held key too, shown as "".
+	for _, c := range clients {
+		if err := c.Set(ctxT(t), "empty", "", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ = runRedlock(t, nil, "status", "--masters", masters, "--key", "empty")
+	if code != 0 || strings.Count(out, "\theld\ttoken=\"\"\t") != 3 || !strings.Contains(out, `locked: token="" on 3 of 3`) {
+		t.Errorf("status of an empty value: exit %d:\n%s", code, out)
 	}
 }
