@@ -21,21 +21,23 @@ type KeyState struct {
 // A MasterState is one master's view of a lock key.
 type MasterState struct {
 	Addr  string        // the master's address as its client knows it
-	Token string        // the holder's token; "" when the key is absent
+	Held  bool          // the key exists
+	Token string        // the key's value: the holder's token
 	TTL   time.Duration // time left before the key expires; -1 when it has no expiry
 	Fence int64         // the key's fence counter; 0 when it has none (no fencing)
 	Err   error         // the master did not answer; the fields above are then zero
 }
 
 // Holder returns the token held on a quorum of masters, and how many hold
-// it; "" and the largest count when no token holds a quorum. A token on a
+// it; when no token holds a quorum, "" and the largest count (a count below
+// the quorum says so; a key whose value is "" is held by "" too). A token on a
 // quorum is the lock's owner as far as the masters know, for the least TTL
 // among them (the owner's own [Lock.Validity] is shorter: it allows for
 // clock drift).
 func (s *KeyState) Holder() (token string, masters int) {
 	counts := map[string]int{}
 	for _, m := range s.Masters {
-		if m.Token != "" {
+		if m.Held {
 			counts[m.Token]++
 		}
 	}
@@ -90,7 +92,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, keys []string) Mast
 	token, _ := vs[0].(string)
 	pttl, _ := vs[1].(int64)
 	counter, _ := vs[2].(string)
-	m := MasterState{Token: token}
+	m := MasterState{Held: pttl != -2, Token: token}
 	switch {
 	case pttl >= 0:
 		m.TTL = time.Duration(pttl) * time.Millisecond

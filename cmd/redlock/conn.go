@@ -9,13 +9,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
 )
 
 // Environment variables read when the matching flag is not given.
@@ -147,46 +148,13 @@ func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, erro
 }
 
 // parseMaster reads one master: a URL (redis://, rediss://, unix://) or
-// host[:port].
+// host[:port], with the library's rules and its secret-free errors.
 func parseMaster(spec string) (*redis.Options, error) {
-	if scheme, rest, ok := strings.Cut(spec, "://"); ok {
-		o, err := redis.ParseURL(spec)
-		if err == nil {
-			return o, nil
-		}
-		if strings.Contains(rest, "@") {
-			// The parser's message may repeat any part of the URL, the
-			// password too: say only which URL, without its user part.
-			return nil, fmt.Errorf("%q is not a valid URL (percent-encode a user name or password that holds one of : / ? # [ ] @ %%)", redactURL(spec))
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the rest of the message repeats the URL
-		}
-		return nil, fmt.Errorf("%q is not a valid %s URL: %v", spec, scheme, err)
-	}
-	host, port, err := net.SplitHostPort(spec)
+	o, err := redlock.MasterOptions(spec)
 	if err != nil {
-		// No port: the Redis default.
-		if strings.Contains(spec, "/") || strings.Count(spec, ":") == 1 {
-			return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", spec)
-		}
-		host, port = strings.Trim(spec, "[]"), "6379"
+		return nil, errors.New(strings.TrimPrefix(errText(err), "invalid argument: "))
 	}
-	if host == "" || port == "" {
-		return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", spec)
-	}
-	return &redis.Options{Network: "tcp", Addr: net.JoinHostPort(host, port)}, nil
-}
-
-// redactURL hides a URL's password in messages.
-func redactURL(s string) string {
-	i := strings.Index(s, "://")
-	at := strings.LastIndex(s, "@")
-	if i < 0 || at < i {
-		return s
-	}
-	return s[:i+3] + "xxx" + s[at:]
+	return o, nil
 }
 
 // tlsConfig builds the TLS settings the flags give, common to every TLS

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,5 +117,46 @@ func TestStatusEscapesTheValue(t *testing.T) {
 	code, out, _ = runRedlock(t, nil, "status", "--masters", masters, "--key", "empty")
 	if code != 0 || strings.Count(out, "\theld\ttoken=\"\"\t") != 3 || !strings.Contains(out, `locked: token="" on 3 of 3`) {
 		t.Errorf("status of an empty value: exit %d:\n%s", code, out)
+	}
+}
+
+// The fence counter of a key locked with fencing shows on every master,
+// held or free.
+func TestStatusShowsTheFence(t *testing.T) {
+	t.Parallel()
+	servers := redistest.Start(t, 3)
+	clients := redistest.Clients(t, servers)
+	masters := servers[0].Addr() + "," + servers[1].Addr() + "," + servers[2].Addr()
+	lc, err := redlock.New(clients, redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	for range 2 {
+		lock, err := lc.Obtain(ctxT(t), "fenced", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock, err := lc.Obtain(ctxT(t), "fenced", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error { // Obtain returns at quorum; the third master follows
+		_, out, _ := runRedlock(t, nil, "status", "--masters", masters, "--key", "fenced")
+		if n := strings.Count(out, "\theld\ttoken="+lock.Token()+"\t"); n != 3 || strings.Count(out, "\tfence=3\n") != 3 {
+			return fmt.Errorf("status of a fenced lock (fence %d):\n%s", lock.Fence(), out)
+		}
+		return nil
+	})
+	if err := lock.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runRedlock(t, nil, "status", "--masters", masters, "--key", "fenced")
+	if code != 0 || strings.Count(out, "\tfree\tfence=3\n") != 3 {
+		t.Errorf("status of a released fenced lock: exit %d:\n%s", code, out)
 	}
 }
