@@ -91,4 +91,3 @@ func redactURL(s string) string {
 	}
 	return s[:i+3] + "xxx" + s[at:]
 }
-
