@@ -53,7 +53,9 @@ func (c *Client) Attach(ctx context.Context, key, token string, ttl time.Duratio
 		return nil, c.quorumError("attach", rd, ErrLockLost)
 	}
 	if rd.ok >= c.quorum {
-		return nil, fmt.Errorf("redlock: attach confirmed the lock too late for a %v TTL: %w", ttl, c.quorumError("attach", rd, ErrLockLost))
+		qe := c.quorumError("attach", rd, ErrLockLost)
+		qe.why = fmt.Sprintf("confirmed too late for a %v TTL", ttl)
+		return nil, qe
 	}
 	return nil, c.quorumError("attach", rd, nil)
 }

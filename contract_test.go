@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,5 +245,40 @@ func TestInspectShowsEveryMaster(t *testing.T) {
 	}
 	if tok, n := st.Holder(); tok != "" || n != 1 {
 		t.Fatalf("no token on a quorum: holder %q on %d", tok, n)
+	}
+}
+
+// TestErrorsSayRedlockOnce: an error that wraps another of the package's
+// does not repeat "redlock: " in the middle of its message.
+func TestErrorsSayRedlockOnce(t *testing.T) {
+	ctx := context.Background()
+	_, clients, c := cluster(t, 3)
+	if _, err := newClient(t, clients).Obtain(ctx, "k", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var errs []error
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := c.Obtain(dctx, "k", time.Second, redlock.WithRetry(redlock.LinearBackoff(5*time.Millisecond)))
+	cancel()
+	errs = append(errs, err)
+	errs = append(errs, c.Do(ctx, "k2", time.Second, func(ctx context.Context) error {
+		clients[0].Set(ctx, "k2", "thief", time.Minute)
+		clients[1].Set(ctx, "k2", "thief", time.Minute)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, redlock.WithRenewEvery(50*time.Millisecond)))
+	closing := newClient(t, clients)
+	done := make(chan error, 1)
+	go func() {
+		_, err := closing.Obtain(ctx, "k", time.Second, redlock.WithRetry(redlock.LinearBackoff(5*time.Millisecond)))
+		done <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	closing.Close()
+	errs = append(errs, <-done)
+	for _, err := range errs {
+		if err == nil || strings.Contains(err.Error(), ": redlock: ") || strings.Contains(err.Error(), "(redlock: ") {
+			t.Errorf("%v", err)
+		}
 	}
 }

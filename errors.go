@@ -54,6 +54,13 @@ var (
 	errNoReply = errors.New("redlock: no reply before the outcome was decided")
 )
 
+// unprefixed wraps an error of this package for use inside another's
+// message, without repeating "redlock: ".
+type unprefixed struct{ error }
+
+func (e unprefixed) Error() string { return strings.TrimPrefix(e.error.Error(), "redlock: ") }
+func (e unprefixed) Unwrap() error { return e.error }
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }
@@ -83,7 +90,8 @@ type QuorumError struct {
 	Op     string // "obtain", "extend" or "release"
 	Quorum int
 	Nodes  []NodeError
-	kind   error // ErrNotObtained, ErrLockLost, or nil when masters merely failed to answer
+	kind   error  // ErrNotObtained, ErrLockLost, or nil when masters merely failed to answer
+	why    string // what decided it, when the answers alone do not say
 }
 
 // outcome is ErrTaken when more than N - quorum masters answered "held by
@@ -122,6 +130,10 @@ func (e *QuorumError) Error() string {
 		b.WriteString(", held by another owner")
 	case ErrUnavailable:
 		b.WriteString(", masters unavailable")
+	}
+	if e.why != "" {
+		b.WriteString(", ")
+		b.WriteString(e.why)
 	}
 	agreed := 0
 	for _, n := range e.Nodes {

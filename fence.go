@@ -139,7 +139,7 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 			if err == ErrTaken {
 				err = errors.New("the lock is no longer ours there")
 			}
-			rd.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, err)
+			rd.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, unprefixed{err})
 			rd.ok--
 		}
 	}

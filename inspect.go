@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -100,8 +99,8 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, keys []string) Mast
 		m.TTL = -1
 	}
 	if counter != "" {
-		if m.Fence, err = strconv.ParseInt(counter, 10, 64); err != nil {
-			return MasterState{Err: fmt.Errorf("redlock: fence counter %q: %w", counter, err)}
+		if m.Fence, err = parseFence(counter); err != nil {
+			return MasterState{Err: err}
 		}
 	}
 	return m

@@ -122,7 +122,9 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 	until = min(until, start.Add(valid).Sub(c.epoch))
 	if until <= time.Since(c.epoch) {
 		l.until.Store(0)
-		return fmt.Errorf("redlock: the validity ran out before a quorum confirmed the extend: %w", c.quorumError("extend", rd, ErrLockLost))
+		qe := c.quorumError("extend", rd, ErrLockLost)
+		qe.why = "the validity ran out before a quorum confirmed"
+		return qe
 	}
 	l.until.Store(int64(until))
 	return c.quorumError("extend", rd, nil)

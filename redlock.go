@@ -267,7 +267,7 @@ func wrapCause(err, cause error) error {
 	if errors.Is(err, cause) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", err, cause)
+	return fmt.Errorf("%w: %w", err, unprefixed{cause})
 }
 
 // check validates what every lock operation takes, and rounds ttl up to a

@@ -234,7 +234,7 @@ func (t *redisTransport) take(ctx context.Context, now time.Time) error {
 		c = t.std.Conn()
 		id, err = c.ClientID(ctx).Result()
 		if err != nil && !isReply(err) {
-			return fmt.Errorf("redlock: no connection to the master: %w", err)
+			return fmt.Errorf("redlock: no connection to the master: %w", unprefixed{err})
 		}
 	}
 	// An ACL that denies CLIENT ID leaves the ID unknown: such a

@@ -125,7 +125,7 @@ func join(err, also error) error {
 	if err == nil || errors.Is(err, also) {
 		return also
 	}
-	return fmt.Errorf("%w (%w)", err, also)
+	return fmt.Errorf("%w (%w)", err, unprefixed{also})
 }
 
 // KeepAlive renews l in the background until stop is called, and returns a
@@ -282,7 +282,7 @@ var errReleased = errors.New("redlock: lock released")
 // failed with last, or none that completed in time.
 func ranOut(last error) error {
 	if last != nil {
-		return fmt.Errorf("%w: renewals failed until the validity ran out: %w", ErrLockLost, last)
+		return fmt.Errorf("%w: renewals failed until the validity ran out: %w", ErrLockLost, unprefixed{last})
 	}
 	return fmt.Errorf("%w: the validity ran out before a renewal completed (was the process paused?)", ErrLockLost)
 }
