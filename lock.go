@@ -20,10 +20,26 @@ type Lock struct {
 	// obtained is when the winning attempt started, for WithMaxHold.
 	obtained time.Time
 
-	mu       sync.Mutex    // serialises Extend and Release
-	ttl      time.Duration // of the last Obtain or Extend; guarded by mu
-	released atomic.Bool   // a Release decided (nil or ErrLockLost); written under mu
-	until    atomic.Int64  // end of validity, in ns since c.epoch; 0 when released or lost
+	mu        sync.Mutex    // serialises Extend and Release
+	ttl       time.Duration // of the last Obtain or Extend; guarded by mu
+	releasing atomic.Bool   // a Release has started; set before until is cleared
+	released  atomic.Bool   // a Release decided (nil or ErrLockLost); written under mu
+	until     atomic.Int64  // end of validity, in ns since c.epoch; 0 when released or lost
+
+	// changed, once a watchdog watches the lock, is signalled whenever
+	// until changes, so that the watchdog follows a shorter validity.
+	changed atomic.Pointer[chan struct{}]
+}
+
+// setUntil sets the end of validity and tells a watchdog.
+func (l *Lock) setUntil(until int64) {
+	l.until.Store(until)
+	if ch := l.changed.Load(); ch != nil {
+		select {
+		case *ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Key returns the key the lock was obtained for, without the client's
@@ -94,8 +110,14 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 	until := time.Duration(l.until.Load())
 	end := c.epoch.Add(until) // the validity's end, on the monotonic clock
 	if until == 0 || !start.Before(end) {
-		l.until.Store(0)
+		l.setUntil(0)
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
+	}
+	if ctx.Err() != nil { // nothing to ask the masters for a caller gone
+		rd := c.round()
+		defer rd.done()
+		rd.expire(context.Cause(ctx))
+		return c.quorumError("extend", rd, nil)
 	}
 	timeout := c.cfg.timeout(ttl)
 	deadline := start.Add(timeout)
@@ -103,17 +125,18 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 		deadline = end
 	}
 	o := l.op.with(opExtend, c.boxTTL(ttl), l.fence)
-	o.retakeBy = capDeadline(ctx, deadline).UnixMilli()
+	d := capDeadline(ctx, deadline)
+	o.retakeBy, o.late = d.UnixMilli(), stallAt(start, d)
 	rd := c.fanout(ctx, o, deadline, timeout)
 	defer rd.done()
 	valid := ttl - c.cfg.drift(ttl)
 	if rd.ok >= c.quorum && time.Since(start) < valid {
-		l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
+		l.setUntil(int64(start.Add(valid).Sub(c.epoch)))
 		l.ttl = ttl
 		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {
-		l.until.Store(0)
+		l.setUntil(0)
 		return c.quorumError("extend", rd, ErrLockLost)
 	}
 	// Not extended. The masters it reached, or may still reach, now hold
@@ -121,12 +144,12 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 	// others until the old validity's end.
 	until = min(until, start.Add(valid).Sub(c.epoch))
 	if until <= time.Since(c.epoch) {
-		l.until.Store(0)
+		l.setUntil(0)
 		qe := c.quorumError("extend", rd, ErrLockLost)
 		qe.why = "the validity ran out before a quorum confirmed"
 		return qe
 	}
-	l.until.Store(int64(until))
+	l.setUntil(int64(until))
 	return c.quorumError("extend", rd, nil)
 }
 
@@ -164,11 +187,28 @@ func (l *Lock) release(ctx context.Context) error {
 }
 
 // releaseLocked is release with l.mu held.
+//
+// The Release goes out to every master even when ctx has ended (it is the
+// cleanup); the caller waits for the outcome no longer than ctx. With ctx
+// already done, it returns at once, and a later Release does nothing more.
 func (l *Lock) releaseLocked(ctx context.Context) error {
 	c := l.c
-	l.until.Store(0)
+	l.releasing.Store(true)
+	l.setUntil(0)
 	timeout := c.cfg.timeout(l.ttl)
-	rd := c.fanout(ctx, l.op.with(opRelease, nil, 0), time.Now().Add(timeout), timeout)
+	o := l.op.with(opRelease, nil, 0)
+	if ctx.Err() != nil {
+		o.deadline = time.Now().Add(timeout)
+		rd := c.round()
+		defer rd.done()
+		for i := range c.nodes {
+			c.send(i, &o, nil)
+		}
+		rd.expire(context.Cause(ctx))
+		l.released.Store(true)
+		return c.quorumError("release", rd, nil)
+	}
+	rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
 	defer rd.done()
 	if rd.ok >= c.quorum {
 		l.released.Store(true)

@@ -19,20 +19,20 @@ import (
 type node struct {
 	rdb    redis.UniversalClient
 	addr   string
-	inl    bool         // requests may run on the caller's goroutine (one master, bounded reads)
-	loaded atomic.Bool  // every script is in the master's cache, as far as we know
-	takes  sync.Mutex   // see redisTransport.take
-	reqs   *sync.Pool   // the client's pool of requests
-	lanes  []*lane      // a lock's requests all take the lane its key hashes to
-	seed   maphash.Seed // for that hash
+	inl    bool          // requests may run on the caller's goroutine (one master, bounded reads)
+	loaded atomic.Bool   // every script is in the master's cache, as far as we know
+	takes  chan struct{} // one lane dials at a time: see redisTransport.take
+	reqs   *sync.Pool    // the client's pool of requests
+	lanes  []*lane       // a lock's requests all take the lane its key hashes to
+	seed   maphash.Seed  // for that hash
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
 	std, _ := rdb.(*redis.Client)
-	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs}
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1)}
 	n.seed = maphash.MakeSeed()
 	for range lanesFor(rdb, single) {
-		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil, loaded: &n.loaded, takes: &n.takes}
+		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil, loaded: &n.loaded, takes: n.takes}
 		l := newLane(t, n.deliver)
 		n.lanes = append(n.lanes, l)
 		wg.Add(1)

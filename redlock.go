@@ -47,6 +47,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,10 +67,11 @@ type Client struct {
 	epoch  time.Time      // the monotonic origin of every Lock's validity
 	wg     sync.WaitGroup // the nodes' workers
 
-	closed  atomic.Bool
-	mu      sync.Mutex     // orders Do's entry against Close
-	dos     sync.WaitGroup // running Do calls and KeepAlive watchdogs
-	closing chan struct{}  // closed when Close starts
+	closed   atomic.Bool
+	mu       sync.Mutex     // orders Do's entry against Close
+	dos      sync.WaitGroup // running Do calls and KeepAlive watchdogs
+	closing  chan struct{}  // closed when Close starts
+	finished chan struct{}  // closed when Close has finished
 
 	sharded bool // a master shards keys by hash slot (Cluster, Ring)
 
@@ -117,6 +119,9 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if m == nil {
 			return nil, invalid("master %d is nil", i)
 		}
+		if !boundedReads(m) {
+			return nil, invalid("master %d: its client has no read timeout (ReadTimeout -1 or -2): a master that stops answering would hold the Client forever; give it one (go-redis's default will do)", i)
+		}
 		if _, ok := m.(*redis.Ring); ok {
 			return nil, invalid("master %d is a *redis.Ring: a Ring moves keys between its shards when one leaves, which would hand a held lock's key to a shard that never saw it; use a Redis Cluster, or each shard as a master of its own", i)
 		}
@@ -139,7 +144,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{})}
+	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{}), finished: make(chan struct{})}
 	for i, m := range masters {
 		if _, ok := m.(*redis.ClusterClient); ok {
 			c.sharded = true
@@ -154,13 +159,17 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 // [ErrClosed]. Running [Client.Do] calls and [Lock.KeepAlive] watchdogs see
 // their work context cancelled with a cause matching ErrClosed; Close waits
 // for each Do's fn to return and its lock to be released, then for the
-// requests still in flight to finish or time out, and returns when every
-// goroutine of the client has ended. It never closes the masters' clients.
-// Close is idempotent.
+// requests still in flight to finish or time out (a master that does not
+// answer holds it for its client's ReadTimeout at most), and returns when
+// every goroutine of the client has ended. It never closes the masters'
+// clients. Close is idempotent; a Close called while another runs returns
+// when that one does. Calling Close from a Do's fn deadlocks: Close waits
+// for that Do.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed.Swap(true) {
 		c.mu.Unlock()
+		<-c.finished
 		return nil
 	}
 	close(c.closing)
@@ -170,6 +179,7 @@ func (c *Client) Close() error {
 		n.close()
 	}
 	c.wg.Wait()
+	close(c.finished)
 	return nil
 }
 
@@ -230,8 +240,14 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 			return nil, err
 		}
 		if d, has := ctx.Deadline(); has && time.Until(d) < wait {
-			// The next attempt could not start before the deadline.
-			return nil, wrapCause(err, context.DeadlineExceeded)
+			// The next attempt could not start before the deadline: the
+			// wait ends with the context, whose cause is known only then.
+			select {
+			case <-ctx.Done():
+				return nil, wrapCause(err, context.Cause(ctx))
+			case <-c.closing:
+				return nil, wrapCause(err, ErrClosed)
+			}
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -256,7 +272,8 @@ func ended(ctx context.Context) error {
 		return context.Cause(ctx)
 	}
 	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
+		<-ctx.Done() // its own timer fires now; its cause may be the caller's
+		return context.Cause(ctx)
 	}
 	return nil
 }
@@ -389,6 +406,18 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
 }
 
+// boundedReads reports whether rdb's socket reads time out. go-redis keeps
+// ReadTimeout 0 for "-1, no timeout" and -1 for "-2, no deadline at all".
+func boundedReads(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout > 0
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout > 0
+	}
+	return true
+}
+
 // serverOf names the server behind a standalone client, by address and
 // database, for telling duplicate masters apart; "" when it cannot tell (a
 // Sentinel or Cluster client).
@@ -401,7 +430,15 @@ func serverOf(rdb redis.UniversalClient) string {
 	if o.Addr == "" || o.Addr == "FailoverClient" {
 		return ""
 	}
-	return fmt.Sprintf("%s %s db %d", o.Network, o.Addr, o.DB)
+	addr := o.Addr
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		// The loopback's names are one server; other aliases (DNS names,
+		// several addresses of one host) New cannot see without asking.
+		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+			addr = net.JoinHostPort("loopback", port)
+		}
+	}
+	return fmt.Sprintf("%s %s db %d", o.Network, addr, o.DB)
 }
 
 // newToken returns 128 random bits from crypto/rand, URL-safe base64.

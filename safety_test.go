@@ -426,3 +426,33 @@ func TestRenewIntervalMustLeaveTimeToRenew(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestWrongPasswordNeverGrants: when go-redis cannot set a connection up
+// for a reason the server gave (WRONGPASS), it leaves a pipeline's commands
+// without an error; read as replies, they granted the lock. Every master
+// refusing the password must mean no lock.
+func TestWrongPasswordNeverGrants(t *testing.T) {
+	servers := redistest.Start(t, 3, redistest.Options{Args: []string{"--user", "alice", "on", ">s3cret", "~*", "&*", "+@all"}})
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		c := s.Client(func(o *redis.Options) { o.Username, o.Password = "alice", "wrong" })
+		defer c.Close()
+		clients[i] = c
+	}
+	for _, n := range []int{1, 3} {
+		c, err := redlock.New(clients[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			l, err := c.Obtain(context.Background(), "k", time.Minute)
+			if err == nil {
+				t.Fatalf("N=%d: obtained a lock (token %s) on masters that refuse the password", n, l.Token())
+			}
+			if !errors.Is(err, redlock.ErrUnavailable) {
+				t.Fatalf("N=%d: %v, want ErrUnavailable", n, err)
+			}
+		}
+		c.Close()
+	}
+}

@@ -2,13 +2,9 @@ package redlock
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
+	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,58 +14,91 @@ import (
 // master. Its rules, each with the test that fails when it breaks:
 //
 //   - On a standalone master (a *redis.Client: plain or Sentinel), the lane
-//     keeps a connection of its own, so a batch pays no pool checkout, and
-//     knows its client ID on the server. (TestTransportKnowsItsConnection)
+//     keeps a connection of its own while it is in use, so a batch pays no
+//     pool checkout, and learns its client ID and address on the server
+//     (CLIENT INFO, in the first batch's pipeline). (TestTransportKnowsItsConnection)
 //   - Order holds across connections: a connection given up with requests
 //     whose fate is unknown (a timeout, a network error, a panic) may still
 //     deliver them to the master later, and a later request of the same key
-//     sent on a fresh connection could overtake them (a Release undone by an
-//     Extend's late re-take). So the fresh connection's first command, in
-//     the same pipeline as the batch, is CLIENT KILL ID of the old one: once
-//     the master has run it, nothing of the old connection runs any more.
-//     (TestReleaseIsNotUndoneByStraggler) Masters whose ACL denies CLIENT
-//     KILL, and Cluster masters (a pool of connections per shard), do without
-//     it; an Extend's re-take is then still refused once its deadline has
-//     passed (extendScript).
-//   - A batch that found its connection closed by the master (a restart, an
-//     idle timeout) is sent once more on a fresh one: the master never read
-//     what it could not answer on a closed connection. (TestExtendRetakesVanishedKey)
+//     on a fresh connection could overtake them (a Release undone by an
+//     Extend's late re-take). So the fresh connection's first commands, in
+//     the same pipeline as the batch, kill the old one (CLIENT KILL ID ...
+//     ADDR ..., both filters, so that a restarted master's new client with
+//     a reused ID is spared): once the master has run it, nothing of the
+//     old connection runs any more. (TestReleaseIsNotUndoneByStraggler,
+//     TestBarrierKillsNoStranger)
+//   - Where that barrier is not available (an ACL that denies CLIENT KILL
+//     or CLIENT INFO, a Redis before 6.2, the first batch of a connection
+//     failing before CLIENT INFO answered, a Cluster master), the lane waits
+//     after giving a connection up until the given-up requests are past
+//     their deadline by one more span, and the master refuses an Extend that
+//     arrives later than that by its clock (extendScript): order then rests
+//     on the client's and the masters' clocks agreeing within a node
+//     timeout. (TestShorterStragglerCannotShortenAHeldLock)
+//   - A Release that could not reach the master (a timeout, a stalled lane,
+//     no connection) is kept and sent again after the barrier, when the
+//     master answers again: a straggling acquire that lands after a stall
+//     must not keep a released lock's key for a whole TTL.
+//     (TestReleasedLockLeavesNoKeyAfterAStall)
 //   - Scripts are lost whole (a restart, SCRIPT FLUSH), so every script is
 //     loaded before the first script request, in the batch's own pipeline,
 //     and a NOSCRIPT batch is rerun in order. (TestScriptsLoadedBeforeFirstUse,
 //     TestScriptCacheFlushed)
 //   - Commands are reused and alias their request's arguments; go-redis is
-//     done with a command when Process or Exec returns. (request.command)
+//     done with a command when Process or Exec returns, and a batch that
+//     panicked gives its commands up. (request.command,
+//     TestPanickedBatchIsNotResent)
 
-// connTurn is how long a lane keeps its connection before it puts it back in
-// the client's pool and takes one again. On a RESP3 connection go-redis
-// peeks at the socket for push notifications before every command (a
-// recvfrom syscall and three allocations) unless the connection was put back
-// in its pool less than 5 seconds ago; a connection never put back paid that
-// on every batch. Pushes still arrive: go-redis handles those that come with
-// a batch's replies. A turn costs two CLIENT ID round trips (see take), so
-// only a connection in steady use turns; a lane used now and then keeps its
-// connection and pays the peek.
+// connTurn is how long a lane keeps its connection in steady use before it
+// puts it back in the client's pool and takes one again. On a RESP3
+// connection go-redis peeks at the socket for push notifications before
+// every command (a recvfrom syscall and three allocations) unless the
+// connection was put back in its pool less than 5 seconds ago; a connection
+// never put back paid that on every batch. Pushes still arrive: go-redis
+// handles those that come with a batch's replies.
 const connTurn = 2 * time.Second
 
+// connIdle is how long a lane keeps its connection without using it before
+// it gives it back to the client's pool: the application may need it, and
+// a master restarted meanwhile left it dead (the pool's health check then
+// replaces it). Taking one again costs a CLIENT INFO in the next batch.
+const connIdle = 20 * time.Millisecond
+
+// maxPending bounds the Releases a lane keeps for a master that does not
+// answer; beyond it, the keys expire with their TTL.
+const maxPending = 4096
+
 type redisTransport struct {
-	rdb    redis.UniversalClient
-	std    *redis.Client // rdb when it is standalone, else nil (no connection of our own)
-	fresh  bool          // every request needs a new command (a sharded client; see request.command)
-	loaded *atomic.Bool  // every script is in the master's cache, as far as we know (the node's)
-	takes  *sync.Mutex   // the node's: one lane takes a connection at a time (see take)
-	ctx    deadlineCtx   // the running batch's deadline
+	rdb     redis.UniversalClient
+	std     *redis.Client // rdb when it is standalone, else nil (no connection of our own)
+	fresh   bool          // every request needs a new command (a sharded client; see request.command)
+	loaded  *atomic.Bool  // every script is in the master's cache, as far as we know (the node's)
+	takes   chan struct{} // the node's: one lane dials at a time (see take)
+	dialing bool          // this lane holds the node's dial turn
+	ctx     deadlineCtx   // the running batch's deadline
 
 	conn *redis.Conn // the lane's own connection (std only)
 	pipe redis.Pipeliner
-	id   int64     // conn's client ID on the master; 0 when unknown
-	took time.Time // when conn was taken from the pool
-	used time.Time // when conn last carried a batch
+	info *redis.ClientInfoCmd // CLIENT INFO of conn, sent with its first batch; nil once read
+	id   int64                // conn's client ID on the master; 0 when unknown
+	addr string               // conn's address as the master sees it
+	took time.Time            // when conn was taken from the pool
+	used time.Time            // when conn last carried a batch
 
-	kill     []int64 // client IDs of connections given up with requests of unknown fate
-	noKill   bool    // the master's ACL denies CLIENT KILL
-	cmds     []redis.Cmder
-	barriers []*redis.Cmd
+	kill      []victim   // connections given up with requests of unknown fate
+	killKnown bool       // the master said whether this client may CLIENT KILL
+	noKill    bool       // the master's ACL denies CLIENT KILL (or CLIENT INFO)
+	probe     *redis.Cmd // a CLIENT KILL that matches no client, to learn that
+	holdUntil time.Time  // without a barrier: no batch goes out before then
+	pending   []op       // Releases to send again, after the barrier
+	cmds      []redis.Cmder
+	extra     []*redis.Cmd // this batch's barrier and pending commands
+}
+
+// A victim is a connection to kill before the next batch.
+type victim struct {
+	id   int64
+	addr string
 }
 
 // deadlineCtx carries a deadline for go-redis's socket timeouts without a
@@ -81,25 +110,43 @@ type deadlineCtx struct {
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
 
+// errHeld marks a request not sent because the lane waits out an earlier
+// request's unknown fate past its deadline.
+var errHeld = errStalled
+
 func (t *redisTransport) exec(batch []*request, now time.Time) {
 	var at time.Time
 	scripts := false
 	for _, r := range batch {
-		r.build(false, t.fresh)
 		at = later(at, r.deadline)
 		scripts = scripts || r.kind != opAcquire
 	}
+	if now.Before(t.holdUntil) {
+		// Wait out the requests given up without a barrier; what cannot
+		// go out before its deadline fails.
+		if !at.After(t.holdUntil) {
+			for _, r := range batch {
+				r.val, r.err = 0, errHeld
+			}
+			t.keep(batch)
+			return
+		}
+		time.Sleep(time.Until(t.holdUntil))
+		now = time.Now()
+	}
 	t.ctx = deadlineCtx{context.Background(), at}
 	ctx := &t.ctx // a pointer: no allocation to make it a context.Context
-	t.send(ctx, batch, scripts && !t.loaded.Load(), now)
-	if t.std != nil && time.Now().Before(at) {
-		if again := closedConn(batch); len(again) > 0 {
-			for _, r := range again {
-				r.build(false, t.fresh)
+	t.prepare(ctx, batch, now)
+	for _, r := range batch {
+		if r.kind == opExtend {
+			r.lateBy = noLate
+			if !t.barrier() {
+				r.lateBy = r.late.UnixMilli()
 			}
-			t.send(ctx, again, scripts && !t.loaded.Load(), now)
 		}
+		r.build(false, t.fresh)
 	}
+	t.send(ctx, batch, scripts && !t.loaded.Load(), now)
 	retry := 0
 	for i, r := range batch {
 		if noScript(r.cmd.Err()) {
@@ -127,58 +174,120 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 	for _, r := range batch {
 		r.val, r.err = r.result()
 	}
+	t.keep(batch)
 }
 
-// closedConn returns the requests of batch that failed because the master
-// had closed the connection before reading them.
-func closedConn(batch []*request) []*request {
-	var again []*request
+// keep holds on to the Releases of batch that got no answer, to send them
+// again after the barrier.
+func (t *redisTransport) keep(batch []*request) {
 	for _, r := range batch {
-		if err := r.cmd.Err(); err != nil && !isReply(err) && connClosed(err) {
-			again = append(again, r)
+		if r.kind == opRelease && r.err != nil && !isReply(r.err) && r.err != ErrTaken && r.err != errAbsent {
+			t.keepOp(r.op)
 		}
 	}
-	return again
 }
 
-// connClosed reports whether err says the peer had closed the connection.
-func connClosed(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+func (t *redisTransport) keepOp(o op) {
+	if len(t.pending) >= maxPending {
+		return // the key expires with its TTL
+	}
+	o.done, o.inline = nil, false
+	t.pending = append(t.pending, o)
+}
+
+// tick is the lane's idle work: give back a connection left unused, and
+// send the kept Releases when the master may answer again. It reports
+// whether it should be called again.
+func (t *redisTransport) tick(now time.Time) bool {
+	if t.conn != nil && now.Sub(t.used) >= connIdle {
+		t.conn.Close() // back to the client's pool
+		t.conn, t.pipe, t.info = nil, nil, nil
+	}
+	if len(t.pending) > 0 && !now.Before(t.holdUntil) {
+		t.ctx = deadlineCtx{context.Background(), now.Add(maxDefaultNodeTimeout)}
+		t.send(&t.ctx, nil, false, now)
+	}
+	return t.conn != nil || len(t.pending) > 0
+}
+
+// noLate is an Extend's late deadline when the barrier keeps stragglers
+// out: never, so that the masters' clocks do not matter.
+var noLate any = int64(math.MaxInt64)
+
+// barrier reports whether a connection given up now would be killed before
+// the next batch.
+func (t *redisTransport) barrier() bool {
+	return t.std != nil && t.killKnown && !t.noKill && t.id != 0
+}
+
+// prepare makes sure the lane has a connection for batch, turning or giving
+// back one used too long or left idle. A batch with an Extend on a fresh
+// connection waits for its CLIENT INFO first, so that the Extend needs no
+// clock to keep its stragglers out (see extendScript).
+func (t *redisTransport) prepare(ctx context.Context, batch []*request, now time.Time) {
+	if t.std == nil {
+		return
+	}
+	if t.conn != nil && (now.Sub(t.took) > connTurn || now.Sub(t.used) >= connIdle) {
+		t.conn.Close() // back to the client's pool
+		t.conn, t.pipe, t.info = nil, nil, nil
+	}
+	if t.conn == nil && !t.take(ctx) {
+		return
+	}
+	if (t.info == nil && t.killKnown) || t.noKill {
+		return
+	}
+	for _, r := range batch {
+		if r.kind == opExtend {
+			t.send(ctx, nil, false, now)
+			return
+		}
+	}
 }
 
 // send sends batch as one pipeline and reads the replies into the requests'
 // commands. With load set, it first loads every script, in the same
 // pipeline where it can.
 func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, now time.Time) {
-	if len(batch) == 0 {
-		return
-	}
 	if t.std == nil {
-		t.sendShared(ctx, batch, load)
+		if len(batch) > 0 {
+			t.sendShared(ctx, batch, load)
+		}
 		return
 	}
-	if t.conn != nil && now.Sub(t.took) > connTurn && now.Sub(t.used) < connTurn {
+	if t.conn != nil && now.Sub(t.took) > connTurn {
 		t.conn.Close() // back to the client's pool
-		t.conn, t.pipe = nil, nil
+		t.conn, t.pipe, t.info = nil, nil, nil
+	}
+	if t.conn == nil && !t.take(ctx) {
+		err := context.DeadlineExceeded
+		for _, r := range batch {
+			r.cmd.SetErr(err)
+		}
+		return
 	}
 	t.used = now
-	if t.conn == nil {
-		if err := t.take(ctx, now); err != nil {
-			for _, r := range batch {
-				r.cmd.SetErr(err)
-			}
-			return
-		}
+	t.extra = t.extra[:0]
+	if t.info != nil {
+		t.cmds = append(t.cmds, t.info)
+	}
+	if !t.killKnown {
+		t.probe = redis.NewCmd(ctx, "client", "kill", "id", int64(math.MaxInt64), "addr", "0.0.0.0:0")
+		t.cmds = append(t.cmds, t.probe)
+	}
+	for _, v := range t.kill {
+		t.addExtra(redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr))
+	}
+	nkill := len(t.extra)
+	for i := range t.pending {
+		r := request{op: t.pending[i]}
+		r.build(false, true)
+		t.addExtra(r.cmd)
 	}
 	var loads [len(scripts)]*redis.Cmd
-	t.barriers = t.barriers[:0]
-	for _, id := range t.kill {
-		c := redis.NewCmd(ctx, "client", "kill", "id", id)
-		t.barriers = append(t.barriers, c)
-		t.cmds = append(t.cmds, c)
-	}
-	if load {
+	if load || len(t.pending) > 0 && !t.loaded.Load() {
+		load = true
 		for i, s := range scripts {
 			loads[i] = redis.NewCmd(ctx, "script", "load", s.srcArg)
 			t.cmds = append(t.cmds, loads[i])
@@ -191,77 +300,133 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 			t.cmds = append(t.cmds, r.cmd)
 		}
 		_ = t.pipe.BatchProcess(ctx, t.cmds...)
-		_, _ = t.pipe.Exec(ctx)
+		_, err := t.pipe.Exec(ctx)
+		stamp(t.cmds, err)
 		clear(t.cmds)
 		t.cmds = t.cmds[:0]
 	}
-	t.settle(load, loads[:])
+	broken := t.settle(load, loads[:], nkill)
 	for _, r := range batch {
 		if err := r.cmd.Err(); err != nil && !isReply(err) {
-			// A network error or a timeout: the connection may still carry
-			// requests the master will run later. Give it up, and have the
-			// next connection kill it first.
-			t.drop()
-			return
+			broken = true
 		}
+	}
+	if broken {
+		// A network error or a timeout: the connection may still carry
+		// requests the master will run later. Give it up, and have the
+		// next connection kill it first.
+		t.drop(staleAt(batch, now, t.ctx.at))
 	}
 }
 
-// take takes a connection from the client's pool and learns its client ID.
-// The lanes of a node take theirs one at a time: go-redis v9.23 races with
-// itself when connections of one client dial at once through Conn (a
-// handshake that falls back writes the client's shared options under a lock
-// of its own).
-func (t *redisTransport) take(ctx context.Context, now time.Time) error {
-	t.takes.Lock()
-	defer t.takes.Unlock()
-	var c *redis.Conn
-	ok := false
-	defer func() {
-		if !ok && c != nil {
-			c.Close()
-		}
-	}()
-	var id int64
-	var err error
-	// Twice: a connection the pool has just dialed was never put back in
-	// it, and go-redis then peeks for push notifications on every command
-	// (see connTurn) until it is; putting it back once stamps it.
-	for range 2 {
-		if c != nil {
-			c.Close()
-		}
-		c = t.std.Conn()
-		id, err = c.ClientID(ctx).Result()
-		if err != nil && !isReply(err) {
-			return fmt.Errorf("redlock: no connection to the master: %w", unprefixed{err})
+// staleAt is when the Extends of a batch sent at start with deadline at
+// can no longer act on the master: past their late deadline (see
+// extendScript); zero when the batch has no Extend. Only an Extend's
+// straggler can harm a lock (a shorter TTL cutting a renewed one): an
+// acquire's can only keep a key until its TTL, a Release's does nothing
+// more than a Release.
+func staleAt(batch []*request, start, at time.Time) time.Time {
+	var until time.Time
+	for _, r := range batch {
+		if r.kind == opExtend {
+			until = later(later(until, r.late), stallAt(start, at))
 		}
 	}
-	// An ACL that denies CLIENT ID leaves the ID unknown: such a
-	// connection, once given up, cannot be killed.
-	ok = true
-	t.conn, t.pipe, t.id, t.took = c, c.Pipeline(), id, now
-	return nil
+	return until
 }
 
-// settle reads the barriers' and the script loads' replies.
-func (t *redisTransport) settle(load bool, loads []*redis.Cmd) {
-	if len(t.barriers) > 0 {
+func (t *redisTransport) addExtra(c *redis.Cmd) {
+	t.extra = append(t.extra, c)
+	t.cmds = append(t.cmds, c)
+}
+
+// take takes a connection from the client's pool; its CLIENT INFO goes out
+// with the first batch. The lanes of a node take theirs one at a time, for
+// no longer than the batch's deadline: go-redis v9.23 races with itself
+// when connections of one client dial at once through Conn (a handshake
+// that falls back writes the client's shared options under a lock of its
+// own).
+func (t *redisTransport) take(ctx context.Context) bool {
+	select {
+	case t.takes <- struct{}{}:
+	default:
+		at, _ := ctx.Deadline()
+		w := time.NewTimer(time.Until(at))
+		defer w.Stop()
+		select {
+		case t.takes <- struct{}{}:
+		case <-w.C:
+			return false
+		}
+	}
+	t.dialing = true
+	c := t.std.Conn()
+	t.conn, t.pipe, t.took, t.id, t.addr = c, c.Pipeline(), time.Now(), 0, ""
+	t.info = redis.NewClientInfoCmd(ctx, "client", "info")
+	// The connection dials on its first command: the first batch runs
+	// holding the node's dial turn, given back in settle.
+	return true
+}
+
+// settle reads the replies of the commands that went with the batch:
+// CLIENT INFO, the barrier, the kept Releases, the script loads. It reports
+// whether one of them failed without an answer (the connection is then
+// broken).
+func (t *redisTransport) settle(load bool, loads []*redis.Cmd, nkill int) (broken bool) {
+	t.dialed()
+	if t.probe != nil {
+		switch err := t.probe.Err(); {
+		case err == nil:
+			t.killKnown = true
+		case isReply(err) && strings.HasPrefix(err.Error(), "NOPERM"):
+			t.killKnown, t.noKill = true, true
+		case isReply(err): // an older Redis that knows no such filter
+			t.killKnown, t.noKill = true, true
+		default:
+			broken = true
+		}
+		t.probe = nil
+	}
+	if t.info != nil {
+		if info, err := t.info.Result(); err == nil && info != nil && info.ID != 0 && info.Addr != "" {
+			t.id, t.addr = info.ID, info.Addr
+			t.info = nil
+		} else if isReply(err) {
+			t.noKill = true // no CLIENT INFO: no barrier either
+			t.info = nil
+		} else {
+			broken = true
+		}
+	}
+	if nkill > 0 {
 		resolved := true
-		for _, c := range t.barriers {
+		for _, c := range t.extra[:nkill] {
 			switch err := c.Err(); {
 			case err == nil || strings.Contains(err.Error(), "No such client"):
 			case isReply(err) && strings.HasPrefix(err.Error(), "NOPERM"):
 				t.noKill = true
 			default:
-				resolved = false // not run (a network error): the next connection tries again
+				resolved, broken = false, true // not run: the next connection tries again
 			}
 		}
 		if resolved || t.noKill {
 			t.kill = t.kill[:0]
 		}
-		clear(t.barriers)
 	}
+	if len(t.extra) > nkill {
+		// The kept Releases went out after the barrier; keep those that
+		// did not get an answer.
+		sent := t.pending
+		t.pending = t.pending[:0:0]
+		for i, c := range t.extra[nkill:] {
+			if err := c.Err(); err != nil && !isReply(err) {
+				t.keepOp(sent[i])
+				broken = true
+			}
+		}
+	}
+	clear(t.extra)
+	t.extra = t.extra[:0]
 	if load {
 		ok := true
 		for _, c := range loads {
@@ -269,38 +434,68 @@ func (t *redisTransport) settle(load bool, loads []*redis.Cmd) {
 		}
 		t.loaded.Store(ok)
 	}
+	return broken
 }
 
-// drop gives up the lane's connection, to be killed by the next one.
-func (t *redisTransport) drop() {
+// drop gives up the lane's connection: the next one kills it first, or,
+// without that barrier, no batch goes out before stale, when what it
+// carried can no longer act.
+func (t *redisTransport) drop(stale time.Time) {
 	if t.conn == nil {
 		return
 	}
-	if t.id != 0 && !t.noKill {
-		t.kill = append(t.kill, t.id)
+	if t.barrier() {
+		t.kill = append(t.kill, victim{t.id, t.addr})
+	} else if !stale.IsZero() {
+		t.holdUntil = later(t.holdUntil, stale)
 	}
+	t.dialed()
 	t.conn.Close()
-	t.conn, t.pipe, t.id = nil, nil, 0
+	t.conn, t.pipe, t.info, t.id = nil, nil, nil, 0
 }
 
-// sendShared sends batch through the client's own pipeline: a Cluster or a
-// Ring picks a pooled connection per shard.
+// dialed gives the node's dial turn back, if this lane holds it.
+func (t *redisTransport) dialed() {
+	if t.dialing {
+		t.dialing = false
+		<-t.takes
+	}
+}
+
+// sendShared sends batch through the client's own pipeline: a Cluster
+// picks a pooled connection per shard. Its context is cancelled at the
+// deadline, so that go-redis's redirect backoff ends there too. A batch
+// that fails without an answer holds the lane until its requests are stale
+// (no barrier is possible across a Cluster's pooled connections).
 func (t *redisTransport) sendShared(ctx context.Context, batch []*request, load bool) {
+	at, _ := ctx.Deadline()
+	cctx, cancel := context.WithDeadline(context.Background(), at)
+	defer cancel()
 	if load {
-		t.loadScripts(ctx) // a Cluster: SCRIPT LOAD goes to every shard
+		t.loadScripts(cctx) // a Cluster: SCRIPT LOAD goes to every shard
 	}
+	start := time.Now()
 	if len(batch) == 1 {
-		_ = t.rdb.Process(ctx, batch[0].cmd)
-		return
+		_ = t.rdb.Process(cctx, batch[0].cmd)
+	} else {
+		pipe := t.rdb.Pipeline()
+		for _, r := range batch {
+			t.cmds = append(t.cmds, r.cmd)
+		}
+		_ = pipe.BatchProcess(cctx, t.cmds...)
+		_, err := pipe.Exec(cctx)
+		stamp(t.cmds, err)
+		clear(t.cmds)
+		t.cmds = t.cmds[:0]
 	}
-	pipe := t.rdb.Pipeline()
 	for _, r := range batch {
-		t.cmds = append(t.cmds, r.cmd)
+		if err := r.cmd.Err(); err != nil && !isReply(err) {
+			if stale := staleAt(batch, start, at); !stale.IsZero() {
+				t.holdUntil = later(t.holdUntil, stale)
+			}
+			return
+		}
 	}
-	_ = pipe.BatchProcess(ctx, t.cmds...)
-	clear(t.cmds)
-	t.cmds = t.cmds[:0]
-	_, _ = pipe.Exec(ctx)
 }
 
 // loadScripts loads every script on the master (on every shard of a
@@ -317,13 +512,49 @@ func (t *redisTransport) loadScripts(ctx context.Context) {
 	t.loaded.Store(true)
 }
 
-func (t *redisTransport) reset() { t.drop() }
+// reset drops the connection after batch panicked: its state is unknown,
+// and so is what the commands of the batch still hold.
+func (t *redisTransport) reset(batch []*request) {
+	clear(t.cmds)
+	t.cmds = t.cmds[:0]
+	clear(t.extra)
+	t.extra = t.extra[:0]
+	t.probe = nil
+	t.drop(staleAt(batch, t.used, later(t.ctx.at, time.Now())))
+}
 
 func (t *redisTransport) close() {
 	if t.conn != nil {
 		t.conn.Close()
-		t.conn, t.pipe = nil, nil
+		t.conn, t.pipe, t.info = nil, nil, nil
 	}
+	t.dialed()
+}
+
+// stamp gives err, a pipeline's failure, to its commands that got no reply.
+// go-redis leaves them without an error when the connection could not be
+// set up for a reason the server gave (a wrong password: WRONGPASS), and a
+// command with neither a reply nor an error would read as success.
+func stamp(cmds []redis.Cmder, err error) {
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if c.Err() == nil && !replied(c) {
+			c.SetErr(err)
+		}
+	}
+}
+
+// replied reports whether c holds a reply.
+func replied(c redis.Cmder) bool {
+	switch c := c.(type) {
+	case *redis.Cmd:
+		return c.Val() != nil
+	case *redis.ClientInfoCmd:
+		return c.Val() != nil
+	}
+	return true
 }
 
 // isReply reports whether err is the master's answer (an error reply, or

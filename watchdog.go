@@ -105,8 +105,9 @@ func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, fn fu
 	defer func() {
 		p := recover()
 		stop()
-		// Release even when ctx is done; it is bounded by the node timeout.
-		rerr := l.release(context.WithoutCancel(ctx))
+		// The Release goes out even when ctx is done, and is waited for
+		// no longer than ctx.
+		rerr := l.release(ctx)
 		if cause := context.Cause(wctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
 			err = join(err, cause)
 		} else if errors.Is(rerr, ErrLockLost) {
@@ -180,6 +181,8 @@ type watchdog struct {
 	ttl     time.Duration
 	every   time.Duration
 	maxHold time.Duration
+	margin  time.Duration // a renewal's time before the validity ends
+	changed chan struct{} // the lock's validity changed
 	lost    context.CancelCauseFunc
 	base    context.Context // cancelled by stop: aborts a renewal in flight
 	abort   context.CancelFunc
@@ -194,6 +197,12 @@ func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig
 	if w.every == 0 {
 		w.every = ttl / 3
 	}
+	w.margin = renewMargin(ttl, &l.c.cfg)
+	ch := make(chan struct{}, 1)
+	if !l.changed.CompareAndSwap(nil, &ch) {
+		ch = *l.changed.Load() // another watchdog's: both follow it
+	}
+	w.changed = ch
 	w.base, w.abort = context.WithCancel(context.Background())
 	go func() {
 		if exit != nil {
@@ -209,11 +218,14 @@ func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig
 }
 
 // run renews until stop is called, the work context ends, or the lock can
-// no longer be trusted.
+// no longer be trusted. It never sleeps past the point where a renewal
+// could still complete before the validity ends, follows a validity that
+// the caller's own Extend shortened, and tells the work at the validity's
+// end whatever else holds the lock.
 func (w *watchdog) run(workDone <-chan struct{}) {
 	defer close(w.done)
 	l, c := w.l, w.l.c
-	t := time.NewTimer(w.next(w.every))
+	t := time.NewTimer(w.wait(w.next(w.every)))
 	defer t.Stop()
 	var capped <-chan time.Time
 	if w.maxHold > 0 {
@@ -234,23 +246,39 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		case <-capped:
 			w.lost(fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
 			return
+		case <-w.changed:
+			// The validity changed under us: renew in time for the new one.
+			t.Reset(w.wait(w.next(w.every)))
+			continue
 		case <-t.C:
-		}
-		if l.released.Load() {
-			w.lost(errReleased)
-			return
-		}
-		v := l.Validity()
-		if v == 0 {
-			w.lost(ranOut(last))
-			return
 		}
 		if !l.mu.TryLock() {
 			// An Extend or a Release of the caller's holds the lock: look
 			// again soon, and at the validity's end at the latest, so the
 			// work is told on time whatever that call does.
+			if l.releasing.Load() {
+				w.lost(errReleased)
+				return
+			}
+			v := l.Validity()
+			if v == 0 {
+				w.lost(ranOut(last))
+				return
+			}
 			t.Reset(min(w.every/4+time.Millisecond, v))
 			continue
+		}
+		// Decided under l.mu: a Release cannot be half done.
+		if l.releasing.Load() {
+			l.mu.Unlock()
+			w.lost(errReleased)
+			return
+		}
+		v := l.Validity()
+		if v == 0 {
+			l.mu.Unlock()
+			w.lost(ranOut(last))
+			return
 		}
 		// The renewal may not outlast the validity: if it hangs, the work
 		// is told at the validity's end, not when the renewal gives up.
@@ -258,10 +286,14 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		err := l.extendLocked(rctx, w.ttl)
 		l.mu.Unlock()
 		cancel()
+		select { // our own Extend's signal: no news
+		case <-w.changed:
+		default:
+		}
 		switch {
 		case err == nil:
 			last = nil
-			t.Reset(w.next(w.every))
+			t.Reset(w.wait(w.next(w.every)))
 		case errors.Is(err, ErrLockLost):
 			w.lost(err)
 			return
@@ -272,6 +304,12 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			t.Reset(min(w.every/4+time.Millisecond, l.Validity()))
 		}
 	}
+}
+
+// wait caps d so that the renewal then still has its margin (a node
+// timeout, a third of the validity at most) before the validity ends.
+func (w *watchdog) wait(d time.Duration) time.Duration {
+	return max(0, min(d, w.l.Validity()-w.margin))
 }
 
 // errReleased is the cause of a watchdog's context when the caller released
