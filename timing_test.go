@@ -18,8 +18,9 @@ import (
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// Adversarial review: each test here fails on the code it was written
-// against, and names the defect it shows.
+// Timing faults found by an adversarial review of the library: each test
+// failed on the code it was written against, and its comment tells the
+// defect it pins, as it was before the fix.
 
 // cutReplies delays the replies of every connection open now through p,
 // and resets their client side after a moment, while what the client sent
@@ -765,10 +766,9 @@ func TestClusterRetriesOutlastTheNodeTimeout(t *testing.T) {
 // and most masters have stopped answering. fn returns at once, but Do then
 // releases in the foreground with context.WithoutCancel (watchdog.go Do),
 // bounded only by the node timeout: Do returns a node timeout after its
-// context ended. The rule the rework set itself (issue 11, defect 5) is that
-// nothing outlasts the caller's context by more than scheduling slack, and
-// clean-up that must go on does so in the background; Do's doc says
-// nothing of this wait.
+// context ended. The library's rule is that nothing outlasts the caller's
+// context by more than scheduling slack, and clean-up that must go on does
+// so in the background.
 func TestDoReturnsWithItsContext(t *testing.T) {
 	servers, _, c := cluster(t, 3, redlock.WithNodeTimeout(time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
