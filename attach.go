@@ -41,7 +41,6 @@ func (c *Client) Attach(ctx context.Context, key, token string, ttl time.Duratio
 	l.op = newOp(opAcquire, full, ckey, token)
 	o := l.op.with(opExtend, c.boxTTL(ttl), fence)
 	o.retakeBy = int64(0) // never: the master's clock is always past it
-	o.late = stallAt(start, start.Add(c.cfg.timeout(ttl)))
 	timeout := c.cfg.timeout(ttl)
 	rd := c.fanout(ctx, o, start.Add(timeout), timeout)
 	defer rd.done()

@@ -52,7 +52,6 @@ var (
 var (
 	errAbsent  = errors.New("redlock: lock key absent")
 	errNoReply = errors.New("redlock: no reply before the outcome was decided")
-	errLate    = fmt.Errorf("%w: the request reached the master after its deadline, by the master's clock", errNoReply)
 )
 
 // unprefixed wraps an error of this package for use inside another's

@@ -71,12 +71,14 @@ func (l *Lock) Validity() time.Duration {
 	return max(0, time.Duration(until)-time.Since(l.c.epoch))
 }
 
-// Extend resets the lock's TTL to ttl on every master where it is still
-// ours, and re-takes the key where it has vanished (a restart, an eviction).
-// It succeeds when a quorum confirmed it within the new validity, and then
-// the validity is counted anew from the start of this call: ttl minus the
-// time Extend took minus the drift allowance (shorter than before, when ttl
-// is).
+// Extend makes the lock's key last at least ttl more on every master where
+// it is still ours, and re-takes the key where it has vanished (a restart,
+// an eviction). It succeeds when a quorum confirmed it within the new
+// validity, and then the validity is counted anew from the start of this
+// call: ttl minus the time Extend took minus the drift allowance. A key is
+// never shortened on a master: with a shorter ttl, only the validity the
+// holder counts on shrinks (so that a late Extend cannot cut a lock a later
+// one renewed); Release still frees the lock at once.
 //
 // No request of Extend takes effect after the lock's validity has ended: its
 // requests' deadline is capped at that end, and a master re-takes a vanished
@@ -99,12 +101,24 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.extendLocked(ctx, ttl)
+	return l.extendLocked(ctx, ttl, false)
 }
 
 // extendLocked is Extend after validation, with l.mu held; the watchdog
-// calls it while the client closes.
-func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
+// calls it (renewal set) while the client closes.
+func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, renewal bool) error {
+	if l.c.cfg.obs == nil {
+		return l.extendQuorum(ctx, ttl)
+	}
+	start, before := time.Now(), l.Validity()
+	err := l.extendQuorum(ctx, ttl)
+	l.c.observe(ctx, &ExtendEvent{Key: l.key, Renewal: renewal, Latency: time.Since(start), Outcome: outcome(ctx, err, Extended),
+		Before: before, After: l.Validity(), Masters: nodesOf(err), Err: err})
+	return err
+}
+
+// extendQuorum asks the masters.
+func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration) error {
 	c := l.c
 	start := time.Now()
 	until := time.Duration(l.until.Load())
@@ -126,7 +140,7 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 	}
 	o := l.op.with(opExtend, c.boxTTL(ttl), l.fence)
 	d := capDeadline(ctx, deadline)
-	o.retakeBy, o.late = d.UnixMilli(), stallAt(start, d)
+	o.retakeBy = d.UnixMilli()
 	rd := c.fanout(ctx, o, deadline, timeout)
 	defer rd.done()
 	valid := ttl - c.cfg.drift(ttl)
@@ -183,7 +197,12 @@ func (l *Lock) release(ctx context.Context) error {
 	if l.released.Load() {
 		return nil
 	}
-	return l.releaseLocked(ctx)
+	if l.c.cfg.obs == nil {
+		return l.releaseLocked(ctx)
+	}
+	err := l.releaseLocked(ctx)
+	l.c.observe(ctx, &ReleaseEvent{Key: l.key, Held: time.Since(l.obtained), Outcome: outcome(ctx, err, Released), Masters: nodesOf(err), Err: err})
+	return err
 }
 
 // releaseLocked is release with l.mu held.

@@ -21,6 +21,7 @@ type node struct {
 	addr   string
 	inl    bool          // requests may run on the caller's goroutine (one master, bounded reads)
 	loaded atomic.Bool   // every script is in the master's cache, as far as we know
+	down   atomic.Bool   // the master stopped answering (kept with an Observer only)
 	takes  chan struct{} // one lane dials at a time: see redisTransport.take
 	reqs   *sync.Pool    // the client's pool of requests
 	lanes  []*lane       // a lock's requests all take the lane its key hashes to

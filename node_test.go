@@ -169,7 +169,7 @@ func testOp(kind opKind, key, ckey, token string, ttlMs int64) op {
 	}
 	o := newOp(kind, key, ckey, token).with(kind, ttl, 0)
 	if kind == opExtend {
-		o.retakeBy, o.late = time.Now().Add(time.Minute).UnixMilli(), time.Now().Add(time.Minute)
+		o.retakeBy = time.Now().Add(time.Minute).UnixMilli()
 	}
 	return o
 }

@@ -21,6 +21,8 @@ type config struct {
 	keyPrefix   string
 	nodeTimeout time.Duration // 0: ttl/10, at most 500ms
 	fencing     bool
+	obs         Observer
+	obsSet      bool
 }
 
 func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
@@ -31,6 +33,9 @@ func (c *config) check() error {
 	}
 	if c.nodeTimeout < 0 {
 		return invalid("node timeout must be > 0")
+	}
+	if c.obsSet && c.obs == nil {
+		return invalid("nil observer")
 	}
 	return nil
 }

@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,12 +217,31 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 
 // obtain is Obtain after validation.
 func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (*Lock, error) {
+	if c.cfg.obs == nil {
+		lock, _, _, err := c.obtainLoop(ctx, key, ttl, oc)
+		return lock, err
+	}
+	start := time.Now()
+	lock, n, nodes, err := c.obtainLoop(ctx, key, ttl, oc)
+	e := &ObtainEvent{Key: key, Attempts: n, Wait: time.Since(start), Outcome: outcome(ctx, err, Obtained), Masters: nodes, Err: err}
+	if lock != nil {
+		e.Fence = lock.fence
+	} else {
+		e.Masters = nodesOf(err)
+	}
+	c.observe(ctx, e)
+	return lock, err
+}
+
+// obtainLoop makes the attempts; it returns the lock, how many attempts it
+// made, and, with an Observer, the winning attempt's answers.
+func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (_ *Lock, n int, _ []NodeError, _ error) {
 	var timer *time.Timer
 	var last error
-	for n := 1; ; n++ {
-		lock, err := c.attempt(ctx, key, ttl)
+	for n = 1; ; n++ {
+		lock, nodes, err := c.attempt(ctx, key, ttl)
 		if err == nil {
-			return lock, nil
+			return lock, n, nodes, nil
 		}
 		if cause := ended(ctx); cause != nil || c.closed.Load() {
 			if last != nil && !errors.Is(err, ErrTaken) {
@@ -230,23 +250,23 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 				err = last
 			}
 			if cause != nil {
-				return nil, wrapCause(err, cause)
+				return nil, n, nil, wrapCause(err, cause)
 			}
-			return nil, wrapCause(err, ErrClosed)
+			return nil, n, nil, wrapCause(err, ErrClosed)
 		}
 		last = err
 		wait, ok := oc.retry.NextWait(n, err)
 		if !ok {
-			return nil, err
+			return nil, n, nil, err
 		}
 		if d, has := ctx.Deadline(); has && time.Until(d) < wait {
 			// The next attempt could not start before the deadline: the
 			// wait ends with the context, whose cause is known only then.
 			select {
 			case <-ctx.Done():
-				return nil, wrapCause(err, context.Cause(ctx))
+				return nil, n, nil, wrapCause(err, context.Cause(ctx))
 			case <-c.closing:
-				return nil, wrapCause(err, ErrClosed)
+				return nil, n, nil, wrapCause(err, ErrClosed)
 			}
 		}
 		if timer == nil {
@@ -257,9 +277,9 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 		}
 		select {
 		case <-ctx.Done():
-			return nil, wrapCause(err, context.Cause(ctx))
+			return nil, n, nil, wrapCause(err, context.Cause(ctx))
 		case <-c.closing:
-			return nil, wrapCause(err, ErrClosed)
+			return nil, n, nil, wrapCause(err, ErrClosed)
 		case <-timer.C:
 		}
 	}
@@ -323,12 +343,12 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 }
 
 // attempt makes one try at the lock.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, []NodeError, error) {
 	if ctx.Err() != nil {
 		rd := c.round()
 		defer rd.done()
 		rd.expire(context.Cause(ctx))
-		return nil, c.quorumError("obtain", rd, ErrNotObtained)
+		return nil, nil, c.quorumError("obtain", rd, ErrNotObtained)
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
@@ -348,7 +368,11 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 		valid := ttl - c.cfg.drift(ttl)
 		if time.Since(start) < valid { // one monotonic clock reading, where time.Now takes two
 			l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
-			return l, nil
+			var nodes []NodeError
+			if c.cfg.obs != nil {
+				nodes = slices.Clone(rd.nodes)
+			}
+			return l, nodes, nil
 		}
 		lapsed = true
 	}
@@ -360,7 +384,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 			}
 		}
 	}
-	return nil, c.quorumError("obtain", rd, ErrNotObtained)
+	return nil, nil, c.quorumError("obtain", rd, ErrNotObtained)
 }
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)

@@ -27,11 +27,13 @@ type op struct {
 	kind             opKind
 	key, ckey, token any // strings; ckey is nil without fencing
 	ttl, fence       any // int64 milliseconds, int64
-	retakeBy, lateBy any // int64 Unix milliseconds: an Extend re-takes a vanished key only until retakeBy, and does nothing after lateBy
+	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
 	deadline         time.Time
-	late             time.Time       // an Extend's lateBy, set by the transport from it when it has no barrier
 	done             <-chan struct{} // the caller's context; a request it ends before sending is dropped
-	inline           bool            // may run on the caller's goroutine: the caller waits for it and has no context to honour
+	// vals is the caller's context, for its values only (a span for a
+	// go-redis hook); it lives as long as the request.
+	vals   context.Context
+	inline bool // may run on the caller's goroutine: the caller waits for it and has no context to honour
 }
 
 // newOp boxes a lock's key, counter key and token, for an op of kind that
@@ -49,7 +51,7 @@ func newOp(kind opKind, key, ckey, token string) op {
 // Client.boxTTL), for the kinds that take one; fence is boxed only for the
 // kinds that send it.
 func (o op) with(kind opKind, ttl any, fence int64) op {
-	o.kind, o.ttl, o.fence, o.retakeBy, o.lateBy = kind, ttl, nil, nil, nil
+	o.kind, o.ttl, o.fence, o.retakeBy = kind, ttl, nil, nil
 	if kind == opRaise || (kind == opExtend && o.ckey != nil) {
 		o.fence = fence
 	}
@@ -58,7 +60,7 @@ func (o op) with(kind opKind, ttl any, fence int64) op {
 
 // maxArgs is the most arguments a request's command has (EVALSHA of the
 // fenced extend).
-const maxArgs = 10
+const maxArgs = 9
 
 // A request is one op on one master. Requests are pooled: the node returns
 // one to the pool once it has delivered its reply.
@@ -95,9 +97,9 @@ func (r *request) build(eval, fresh bool) {
 		s, a = &raiseScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.fence)
 	case opExtend:
 		if r.ckey == nil {
-			s, a = &extendScript, append(a, nil, nil, 1, r.key, r.token, r.ttl, r.retakeBy, r.lateBy)
+			s, a = &extendScript, append(a, nil, nil, 1, r.key, r.token, r.ttl, r.retakeBy)
 		} else {
-			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy, r.lateBy)
+			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy)
 		}
 	default:
 		s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
@@ -161,8 +163,6 @@ func (r *request) result() (int64, error) {
 		return v, nil
 	case v == 0:
 		return 0, ErrTaken
-	case v == -2:
-		return 0, errLate
 	default:
 		return 0, errAbsent
 	}

@@ -84,10 +84,14 @@ func (c *Client) fanout(ctx context.Context, o op, deadline time.Time, timeout t
 		o.done = ctx.Done()
 	}
 	o.inline = ctx.Done() == nil
+	o.vals = ctx
 	for i := range c.nodes {
 		c.send(i, &o, rd)
 	}
 	c.collect(ctx, rd, len(c.nodes), o.deadline, timeout, true)
+	if c.cfg.obs != nil {
+		c.health(ctx, rd)
+	}
 	return rd
 }
 

@@ -37,40 +37,39 @@ return 0
 `,
 	"12bbe2660b1ddffae4cd5513562a030b74e9c337")
 
-// extendScript resets the lock's TTL if we still own it, and re-takes the key
-// where it has vanished (a restart or an eviction), so the quorum does not
-// erode. Two deadlines, by the master's clock, keep a request that arrives
-// late (delayed on the network, queued behind a frozen master, left on a
-// connection the client gave up) from acting after its caller moved on:
-// past the re-take deadline (the lock's validity end, or the request's own
-// deadline if sooner) the key is not re-taken, since the lock may have
-// lapsed and been held and released by another owner since; past the late
-// deadline (the request's deadline plus its span again, an allowance for
-// the two clocks' difference) the request does nothing at all, so a
-// straggling shorter Extend cannot cut a lock a later Extend renewed. The
-// deadlines are the client's wall clock: the guard assumes the two clocks
-// agree within a node timeout; the client, which never counts a reply that
-// came after its deadline, is not misled either way.
+// extendScript makes the lock's key on this master last at least TTL more
+// if we still own it, and re-takes the key where it has vanished (a restart
+// or an eviction), so the quorum does not erode.
+//
+// It never shortens a key (PEXPIRE ... GT): an Extend with a shorter TTL
+// shortens only the validity its holder counts on, and a straggling Extend
+// (delayed on the network, left on a connection the client gave up) cannot
+// cut a lock a later Extend renewed. A key held longer than its holder
+// counts on costs others only a longer wait.
+//
+// The re-take is refused past the re-take deadline, by the master's clock:
+// the lock's validity end, or the request's own deadline if sooner. A
+// request that arrives later finds its caller gone, and the lock maybe
+// lapsed and held and released by another owner since: it must not revive
+// it. The deadline is the client's wall clock, so the guard assumes the two
+// clocks agree within the validity; when they do not, re-takes are refused
+// early or late, and the client, which never counts a reply that came after
+// its deadline, is not misled either way.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
 //	ARGV[3]  re-take deadline, Unix time in milliseconds
-//	ARGV[4]  late deadline, Unix time in milliseconds
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
-//	         -1 absent and past the re-take deadline, -2 past the late deadline
-var extendScript = newScript(`local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now > tonumber(ARGV[4]) then
-	return -2
-end
-local v = redis.call('GET', KEYS[1])
+//	         -1 absent and past the re-take deadline
+var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
 if v == false then
-	if now >= tonumber(ARGV[3]) then
+	local t = redis.call('TIME')
+	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[3]) then
 		return -1
 	end
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -78,7 +77,7 @@ if v == false then
 end
 return 0
 `,
-	"f3399d5e4a7052af2c133bd4ebda5f15e7af81b5")
+	"adc66aa7ad3f81ddefc6629017a70f5c836c8ebf")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -124,21 +123,16 @@ return 1
 //	ARGV[2]  TTL in milliseconds
 //	ARGV[3]  the lock's fence
 //	ARGV[4]  re-take deadline, Unix time in milliseconds
-//	ARGV[5]  late deadline, Unix time in milliseconds
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
-//	         -1 absent and past the re-take deadline, -2 past the late deadline
-var extendFencedScript = newScript(`local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now > tonumber(ARGV[5]) then
-	return -2
-end
-local v = redis.call('GET', KEYS[1])
+//	         -1 absent and past the re-take deadline
+var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
 if v == false then
-	if now >= tonumber(ARGV[4]) then
+	local t = redis.call('TIME')
+	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[4]) then
 		return -1
 	end
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -149,7 +143,7 @@ if v == false then
 end
 return 0
 `,
-	"8707c780ec8915a5fe5a90ac7ff531c39fba0d06")
+	"eacf8c64b14d6aad2b05e5c75879b46f08c50854")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
 // not lower than the highest fence the resource has seen. Fences are

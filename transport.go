@@ -29,12 +29,12 @@ import (
 //     TestBarrierKillsNoStranger)
 //   - Where that barrier is not available (an ACL that denies CLIENT KILL
 //     or CLIENT INFO, a Redis before 6.2, the first batch of a connection
-//     failing before CLIENT INFO answered, a Cluster master), the lane waits
-//     after giving a connection up until the given-up requests are past
-//     their deadline by one more span, and the master refuses an Extend that
-//     arrives later than that by its clock (extendScript): order then rests
-//     on the client's and the masters' clocks agreeing within a node
-//     timeout. (TestShorterStragglerCannotShortenAHeldLock)
+//     failing before CLIENT INFO answered, a Cluster master), a straggler
+//     can still land after a later request: an Extend never shortens a key
+//     (extendScript), so it cannot cut a renewed lock, and its re-take is
+//     refused past its deadline by the master's clock; a straggling acquire
+//     or re-take that lands after a Release keeps the key until its TTL.
+//     (TestShorterStragglerCannotShortenAHeldLock)
 //   - A Release that could not reach the master (a timeout, a stalled lane,
 //     no connection) is kept and sent again after the barrier, when the
 //     master answers again: a straggling acquire that lands after a stall
@@ -89,7 +89,6 @@ type redisTransport struct {
 	killKnown bool       // the master said whether this client may CLIENT KILL
 	noKill    bool       // the master's ACL denies CLIENT KILL (or CLIENT INFO)
 	probe     *redis.Cmd // a CLIENT KILL that matches no client, to learn that
-	holdUntil time.Time  // without a barrier: no batch goes out before then
 	pending   []op       // Releases to send again, after the barrier
 	cmds      []redis.Cmder
 	extra     []*redis.Cmd // this batch's barrier and pending commands
@@ -101,18 +100,25 @@ type victim struct {
 	addr string
 }
 
-// deadlineCtx carries a deadline for go-redis's socket timeouts without a
-// timer: nothing ever cancels it.
+// deadlineCtx is the context a batch runs on: a deadline for go-redis's
+// socket timeouts without a timer (nothing ever cancels it), and, for a
+// batch of one caller's request, that caller's values, so that a go-redis
+// hook sees the caller's span as its parent. A batch of several callers'
+// requests carries none: a pipeline hook sees one context for the batch.
 type deadlineCtx struct {
-	context.Context
-	at time.Time
+	at   time.Time
+	vals context.Context // nil, or the one caller's context
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
-
-// errHeld marks a request not sent because the lane waits out an earlier
-// request's unknown fate past its deadline.
-var errHeld = errStalled
+func (c *deadlineCtx) Done() <-chan struct{}       { return nil }
+func (c *deadlineCtx) Err() error                  { return nil }
+func (c *deadlineCtx) Value(key any) any {
+	if c.vals == nil {
+		return nil
+	}
+	return c.vals.Value(key)
+}
 
 func (t *redisTransport) exec(batch []*request, now time.Time) {
 	var at time.Time
@@ -121,29 +127,12 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		at = later(at, r.deadline)
 		scripts = scripts || r.kind != opAcquire
 	}
-	if now.Before(t.holdUntil) {
-		// Wait out the requests given up without a barrier; what cannot
-		// go out before its deadline fails.
-		if !at.After(t.holdUntil) {
-			for _, r := range batch {
-				r.val, r.err = 0, errHeld
-			}
-			t.keep(batch)
-			return
-		}
-		time.Sleep(time.Until(t.holdUntil))
-		now = time.Now()
+	t.ctx = deadlineCtx{at: at}
+	if len(batch) == 1 {
+		t.ctx.vals = batch[0].vals
 	}
-	t.ctx = deadlineCtx{context.Background(), at}
 	ctx := &t.ctx // a pointer: no allocation to make it a context.Context
-	t.prepare(ctx, batch, now)
 	for _, r := range batch {
-		if r.kind == opExtend {
-			r.lateBy = noLate
-			if !t.barrier() {
-				r.lateBy = r.late.UnixMilli()
-			}
-		}
 		r.build(false, t.fresh)
 	}
 	t.send(ctx, batch, scripts && !t.loaded.Load(), now)
@@ -191,7 +180,7 @@ func (t *redisTransport) keepOp(o op) {
 	if len(t.pending) >= maxPending {
 		return // the key expires with its TTL
 	}
-	o.done, o.inline = nil, false
+	o.done, o.inline, o.vals = nil, false, nil
 	t.pending = append(t.pending, o)
 }
 
@@ -203,47 +192,17 @@ func (t *redisTransport) tick(now time.Time) bool {
 		t.conn.Close() // back to the client's pool
 		t.conn, t.pipe, t.info = nil, nil, nil
 	}
-	if len(t.pending) > 0 && !now.Before(t.holdUntil) {
-		t.ctx = deadlineCtx{context.Background(), now.Add(maxDefaultNodeTimeout)}
+	if len(t.pending) > 0 {
+		t.ctx = deadlineCtx{at: now.Add(maxDefaultNodeTimeout)}
 		t.send(&t.ctx, nil, false, now)
 	}
 	return t.conn != nil || len(t.pending) > 0
 }
 
-// noLate is an Extend's late deadline when the barrier keeps stragglers
-// out: never, so that the masters' clocks do not matter.
-var noLate any = int64(math.MaxInt64)
-
 // barrier reports whether a connection given up now would be killed before
 // the next batch.
 func (t *redisTransport) barrier() bool {
 	return t.std != nil && t.killKnown && !t.noKill && t.id != 0
-}
-
-// prepare makes sure the lane has a connection for batch, turning or giving
-// back one used too long or left idle. A batch with an Extend on a fresh
-// connection waits for its CLIENT INFO first, so that the Extend needs no
-// clock to keep its stragglers out (see extendScript).
-func (t *redisTransport) prepare(ctx context.Context, batch []*request, now time.Time) {
-	if t.std == nil {
-		return
-	}
-	if t.conn != nil && (now.Sub(t.took) > connTurn || now.Sub(t.used) >= connIdle) {
-		t.conn.Close() // back to the client's pool
-		t.conn, t.pipe, t.info = nil, nil, nil
-	}
-	if t.conn == nil && !t.take(ctx) {
-		return
-	}
-	if (t.info == nil && t.killKnown) || t.noKill {
-		return
-	}
-	for _, r := range batch {
-		if r.kind == opExtend {
-			t.send(ctx, nil, false, now)
-			return
-		}
-	}
 }
 
 // send sends batch as one pipeline and reads the replies into the requests'
@@ -256,7 +215,7 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		}
 		return
 	}
-	if t.conn != nil && now.Sub(t.took) > connTurn {
+	if t.conn != nil && (now.Sub(t.took) > connTurn || now.Sub(t.used) >= connIdle) {
 		t.conn.Close() // back to the client's pool
 		t.conn, t.pipe, t.info = nil, nil, nil
 	}
@@ -315,24 +274,8 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		// A network error or a timeout: the connection may still carry
 		// requests the master will run later. Give it up, and have the
 		// next connection kill it first.
-		t.drop(staleAt(batch, now, t.ctx.at))
+		t.drop()
 	}
-}
-
-// staleAt is when the Extends of a batch sent at start with deadline at
-// can no longer act on the master: past their late deadline (see
-// extendScript); zero when the batch has no Extend. Only an Extend's
-// straggler can harm a lock (a shorter TTL cutting a renewed one): an
-// acquire's can only keep a key until its TTL, a Release's does nothing
-// more than a Release.
-func staleAt(batch []*request, start, at time.Time) time.Time {
-	var until time.Time
-	for _, r := range batch {
-		if r.kind == opExtend {
-			until = later(later(until, r.late), stallAt(start, at))
-		}
-	}
-	return until
 }
 
 func (t *redisTransport) addExtra(c *redis.Cmd) {
@@ -437,17 +380,14 @@ func (t *redisTransport) settle(load bool, loads []*redis.Cmd, nkill int) (broke
 	return broken
 }
 
-// drop gives up the lane's connection: the next one kills it first, or,
-// without that barrier, no batch goes out before stale, when what it
-// carried can no longer act.
-func (t *redisTransport) drop(stale time.Time) {
+// drop gives up the lane's connection, to be killed first by the next one
+// where the barrier is available.
+func (t *redisTransport) drop() {
 	if t.conn == nil {
 		return
 	}
 	if t.barrier() {
 		t.kill = append(t.kill, victim{t.id, t.addr})
-	} else if !stale.IsZero() {
-		t.holdUntil = later(t.holdUntil, stale)
 	}
 	t.dialed()
 	t.conn.Close()
@@ -463,18 +403,16 @@ func (t *redisTransport) dialed() {
 }
 
 // sendShared sends batch through the client's own pipeline: a Cluster
-// picks a pooled connection per shard. Its context is cancelled at the
-// deadline, so that go-redis's redirect backoff ends there too. A batch
-// that fails without an answer holds the lane until its requests are stale
-// (no barrier is possible across a Cluster's pooled connections).
+// picks a pooled connection per shard (no barrier is possible across
+// them). Its context is cancelled at the deadline, so that go-redis's
+// redirect backoff ends there too.
 func (t *redisTransport) sendShared(ctx context.Context, batch []*request, load bool) {
 	at, _ := ctx.Deadline()
-	cctx, cancel := context.WithDeadline(context.Background(), at)
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), at)
 	defer cancel()
 	if load {
 		t.loadScripts(cctx) // a Cluster: SCRIPT LOAD goes to every shard
 	}
-	start := time.Now()
 	if len(batch) == 1 {
 		_ = t.rdb.Process(cctx, batch[0].cmd)
 	} else {
@@ -487,14 +425,6 @@ func (t *redisTransport) sendShared(ctx context.Context, batch []*request, load 
 		stamp(t.cmds, err)
 		clear(t.cmds)
 		t.cmds = t.cmds[:0]
-	}
-	for _, r := range batch {
-		if err := r.cmd.Err(); err != nil && !isReply(err) {
-			if stale := staleAt(batch, start, at); !stale.IsZero() {
-				t.holdUntil = later(t.holdUntil, stale)
-			}
-			return
-		}
 	}
 }
 
@@ -512,15 +442,15 @@ func (t *redisTransport) loadScripts(ctx context.Context) {
 	t.loaded.Store(true)
 }
 
-// reset drops the connection after batch panicked: its state is unknown,
-// and so is what the commands of the batch still hold.
-func (t *redisTransport) reset(batch []*request) {
+// reset drops the connection after a batch panicked: its state is
+// unknown, and so is what the commands of the batch still hold.
+func (t *redisTransport) reset([]*request) {
 	clear(t.cmds)
 	t.cmds = t.cmds[:0]
 	clear(t.extra)
 	t.extra = t.extra[:0]
 	t.probe = nil
-	t.drop(staleAt(batch, t.used, later(t.ctx.at, time.Now())))
+	t.drop()
 }
 
 func (t *redisTransport) close() {

@@ -182,6 +182,7 @@ type watchdog struct {
 	every   time.Duration
 	maxHold time.Duration
 	margin  time.Duration // a renewal's time before the validity ends
+	renewed time.Time     // the last good renewal, or the Obtain
 	changed chan struct{} // the lock's validity changed
 	lost    context.CancelCauseFunc
 	base    context.Context // cancelled by stop: aborts a renewal in flight
@@ -193,7 +194,7 @@ type watchdog struct {
 // not nil, runs when its goroutine ends.
 func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig, exit func()) (context.Context, func()) {
 	wctx, lost := context.WithCancelCause(ctx)
-	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, lost: lost, done: make(chan struct{})}
+	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, lost: lost, done: make(chan struct{}), renewed: l.obtained}
 	if w.every == 0 {
 		w.every = ttl / 3
 	}
@@ -203,7 +204,9 @@ func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig
 		ch = *l.changed.Load() // another watchdog's: both follow it
 	}
 	w.changed = ch
-	w.base, w.abort = context.WithCancel(context.Background())
+	// Renewals carry the work's context values (a span), not its
+	// cancellation: stop alone aborts one in flight.
+	w.base, w.abort = context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		if exit != nil {
 			defer exit()
@@ -244,7 +247,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			w.lost(fmt.Errorf("%w: Close called while the lock was held", ErrClosed))
 			return
 		case <-capped:
-			w.lost(fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
+			w.lose(fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
 			return
 		case <-w.changed:
 			// The validity changed under us: renew in time for the new one.
@@ -262,7 +265,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			}
 			v := l.Validity()
 			if v == 0 {
-				w.lost(ranOut(last))
+				w.lose(ranOut(last))
 				return
 			}
 			t.Reset(min(w.every/4+time.Millisecond, v))
@@ -277,13 +280,13 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		v := l.Validity()
 		if v == 0 {
 			l.mu.Unlock()
-			w.lost(ranOut(last))
+			w.lose(ranOut(last))
 			return
 		}
 		// The renewal may not outlast the validity: if it hangs, the work
 		// is told at the validity's end, not when the renewal gives up.
 		rctx, cancel := context.WithTimeout(w.base, v)
-		err := l.extendLocked(rctx, w.ttl)
+		err := l.extendLocked(rctx, w.ttl, true)
 		l.mu.Unlock()
 		cancel()
 		select { // our own Extend's signal: no news
@@ -292,10 +295,10 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		}
 		switch {
 		case err == nil:
-			last = nil
+			last, w.renewed = nil, time.Now()
 			t.Reset(w.wait(w.next(w.every)))
 		case errors.Is(err, ErrLockLost):
-			w.lost(err)
+			w.lose(err)
 			return
 		default:
 			// Masters did not answer: retry sooner, and wake at the
@@ -310,6 +313,15 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 // timeout, a third of the validity at most) before the validity ends.
 func (w *watchdog) wait(d time.Duration) time.Duration {
 	return max(0, min(d, w.l.Validity()-w.margin))
+}
+
+// lose cancels the work of a lock lost with cause, and tells the Observer.
+func (w *watchdog) lose(cause error) {
+	if c := w.l.c; c.cfg.obs != nil {
+		now := time.Now()
+		c.observe(w.base, &LostEvent{Key: w.l.key, Cause: cause, Held: now.Sub(w.l.obtained), SinceRenewal: now.Sub(w.renewed)})
+	}
+	w.lost(cause)
 }
 
 // errReleased is the cause of a watchdog's context when the caller released
