@@ -115,7 +115,10 @@ const (
 
 // obtainOptions applies opts for a call that uses what use says.
 func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
-	oc := obtainConfig{retry: noRetry{}}
+	if len(opts) == 0 { // applying options moves oc to the heap
+		return obtainConfig{retry: oneAttempt}, nil
+	}
+	oc := obtainConfig{retry: oneAttempt}
 	for _, o := range opts {
 		if o == nil {
 			return oc, invalid("nil option")

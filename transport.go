@@ -56,7 +56,13 @@ import (
 // connection was put back in its pool less than 5 seconds ago; a connection
 // never put back paid that on every batch. Pushes still arrive: go-redis
 // handles those that come with a batch's replies.
-const connTurn = 2 * time.Second
+//
+// A connection the pool has just dialed was never put back in it, so it
+// pays the peek until its first turn: that one comes after connTurnFirst.
+const (
+	connTurn      = 2 * time.Second
+	connTurnFirst = 50 * time.Millisecond
+)
 
 // connIdle is how long a lane keeps its connection without using it before
 // it gives it back to the client's pool: the application may need it, and
@@ -83,6 +89,8 @@ type redisTransport struct {
 	id   int64                // conn's client ID on the master; 0 when unknown
 	addr string               // conn's address as the master sees it
 	took time.Time            // when conn was taken from the pool
+	turn time.Duration        // how long conn may be kept in steady use
+	long bool                 // this turn is the short one (the names swap each take)
 	used time.Time            // when conn last carried a batch
 
 	kill      []victim   // connections given up with requests of unknown fate
@@ -215,7 +223,7 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		}
 		return
 	}
-	if t.conn != nil && (now.Sub(t.took) > connTurn || now.Sub(t.used) >= connIdle) {
+	if t.conn != nil && (now.Sub(t.took) > t.turn || now.Sub(t.used) >= connIdle) {
 		t.conn.Close() // back to the client's pool
 		t.conn, t.pipe, t.info = nil, nil, nil
 	}
@@ -305,6 +313,12 @@ func (t *redisTransport) take(ctx context.Context) bool {
 	t.dialing = true
 	c := t.std.Conn()
 	t.conn, t.pipe, t.took, t.id, t.addr = c, c.Pipeline(), time.Now(), 0, ""
+	// Short and long turns alternate: a freshly dialed connection is back
+	// in the pool soon, and one that came from it stays.
+	t.turn = connTurn
+	if t.long = !t.long; t.long {
+		t.turn = connTurnFirst
+	}
 	t.info = redis.NewClientInfoCmd(ctx, "client", "info")
 	// The connection dials on its first command: the first batch runs
 	// holding the node's dial turn, given back in settle.
