@@ -17,8 +17,11 @@ type Lock struct {
 	token string
 	fence int64
 	op    op // the acquire: its key and token boxed once for every request
-	// obtained is when the winning attempt started, for WithMaxHold.
-	obtained time.Time
+	// obtained is when the winning attempt started, for WithMaxHold and
+	// WithHoldAtLeast.
+	obtained    time.Time
+	holdAtLeast time.Duration // WithHoldAtLeast; 0 without
+	keptUntil   time.Time     // a Release kept the key until then; guarded by mu
 
 	mu        sync.Mutex    // serialises Extend and Release
 	ttl       time.Duration // of the last Obtain or Extend; guarded by mu
@@ -167,6 +170,16 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration) error {
 	return c.quorumError("extend", rd, nil)
 }
 
+// KeptUntil returns, after a Release that returned nil for a lock obtained
+// [WithHoldAtLeast] before its minimum hold had passed, the time until
+// which the masters keep its key; the zero Time otherwise (the key was
+// deleted).
+func (l *Lock) KeptUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.keptUntil
+}
+
 // Release deletes the lock on every master where it still holds our token,
 // and never deletes another owner's key. It returns nil when a quorum
 // confirmed the delete; an error matching [ErrLockLost] when refusals show
@@ -178,6 +191,10 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration) error {
 // Once a Release has returned nil or ErrLockLost, later calls return nil at
 // once: a deferred Release after an explicit one is no alarm. After a
 // Release that merely failed to reach the masters, another call tries again.
+//
+// For a lock obtained [WithHoldAtLeast] whose minimum hold has not passed
+// yet, Release leaves the key in place for the rest of it instead of
+// deleting it; [Lock.KeptUntil] then says until when.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
@@ -216,6 +233,12 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	l.setUntil(0)
 	timeout := c.cfg.timeout(l.ttl)
 	o := l.op.with(opRelease, nil, 0)
+	var kept time.Time
+	if rest := time.Until(l.obtained.Add(l.holdAtLeast)); rest > 0 {
+		// Held at least until then: the key stays for the rest of the while.
+		ms := (rest + time.Millisecond - 1) / time.Millisecond
+		o.ttl, kept = int64(ms), time.Now().Add(rest)
+	}
 	if ctx.Err() != nil {
 		o.deadline = time.Now().Add(timeout)
 		rd := c.round()
@@ -231,6 +254,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	defer rd.done()
 	if rd.ok >= c.quorum {
 		l.released.Store(true)
+		l.keptUntil = kept
 		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {

@@ -219,10 +219,16 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (*Lock, error) {
 	if c.cfg.obs == nil {
 		lock, _, _, err := c.obtainLoop(ctx, key, ttl, oc)
+		if lock != nil {
+			lock.holdAtLeast = oc.holdAtLeast
+		}
 		return lock, err
 	}
 	start := time.Now()
 	lock, n, nodes, err := c.obtainLoop(ctx, key, ttl, oc)
+	if lock != nil {
+		lock.holdAtLeast = oc.holdAtLeast
+	}
 	e := &ObtainEvent{Key: key, Attempts: n, Wait: time.Since(start), Outcome: outcome(ctx, err, Obtained), Masters: nodes, Err: err}
 	if lock != nil {
 		e.Fence = lock.fence

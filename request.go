@@ -18,7 +18,7 @@ const (
 	opAcquireFenced               // acquireFencedScript
 	opRaise                       // raiseScript
 	opExtend                      // extendScript, or extendFencedScript with a counter
-	opRelease                     // releaseScript
+	opRelease                     // releaseScript, or keepScript with a TTL
 )
 
 // An op is what a round asks of every master. Its arguments are boxed once
@@ -102,7 +102,11 @@ func (r *request) build(eval, fresh bool) {
 			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy)
 		}
 	default:
-		s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
+		if r.ttl != nil { // kept for the rest of a minimum hold
+			s, a = &keepScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
+		} else {
+			s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
+		}
 	}
 	if eval {
 		a[0], a[1] = "eval", s.srcArg

@@ -8,7 +8,7 @@ package redlock
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
-var scripts = [...]*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript}
+var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it, each also
 // boxed once as a command argument, so that building a command allocates
@@ -36,6 +36,27 @@ end
 return 0
 `,
 	"12bbe2660b1ddffae4cd5513562a030b74e9c337")
+
+// keepScript is the Release of a lock held at least for a while
+// (WithHoldAtLeast) that is released early: if we still own it, its key
+// stays for what remains of that while, then expires, instead of being
+// deleted.
+//
+//	KEYS[1]  lock key
+//	ARGV[1]  owner token
+//	ARGV[2]  the rest of the minimum hold, in milliseconds
+//	returns  1 kept, 0 held by another owner, -1 key absent
+var keepScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+if v == false then
+	return -1
+end
+return 0
+`,
+	"dc50fe3b1878f211f0561a0a9ffa037104d2ef97")
 
 // extendScript makes the lock's key on this master last at least TTL more
 // if we still own it, and re-takes the key where it has vanished (a restart
