@@ -221,4 +221,3 @@ func (b *buffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
-
