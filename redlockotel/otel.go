@@ -75,7 +75,9 @@
 // that carries several callers' requests (calls to one master at the same
 // moment share a pipeline, and so do renewals that fall due together)
 // carries none, and neither do the releases that clean up after a failed
-// Obtain attempt: their command spans start traces of their own.
+// Obtain attempt, a Release called with a context already done, and the
+// Releases that a master's lane sends again after a stall: their command
+// spans start traces of their own.
 package redlockotel
 
 import (
