@@ -31,7 +31,7 @@ func TestServesLockMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config{workers: 10, entries: 2, work: 600 * time.Millisecond, ttl: time.Second, rounds: 2, every: 10 * time.Millisecond}
+	cfg := config{workers: 10, entries: 2, work: 800 * time.Millisecond, ttl: 2 * time.Second, rounds: 2, every: 10 * time.Millisecond}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	out := &buffer{}
@@ -91,13 +91,25 @@ func TestServesLockMetrics(t *testing.T) {
 	if len(bounds) == 0 || bounds[0] != 0.0005 || bounds[len(bounds)-1] != 60 {
 		t.Errorf("redlock_obtain_duration_seconds's buckets %v, want 0.5ms to 60s", bounds)
 	}
-	if got := value(t, fams, "redlock_releases_total", dto.MetricType_COUNTER, "redlock_outcome", "released"); got != obtained {
-		t.Errorf("redlock_releases_total{released} = %g, want one per obtained lock (%g)", got, obtained)
+	// Every obtained lock was released (on a loaded machine a Release may
+	// find the masters unavailable: another outcome, still counted), and
+	// held at least as long as its rebuild.
+	if got := value(t, fams, "redlock_releases_total", dto.MetricType_COUNTER, "redlock_outcome", "released"); got == 0 {
+		t.Error("redlock_releases_total{released} = 0")
 	}
-	hold := histogram(t, fams, "redlock_hold_duration_seconds", "redlock_outcome", "released")
-	if float64(hold.GetSampleCount()) != obtained || hold.GetSampleSum() < float64(cfg.rounds*cfg.entries)*cfg.work.Seconds() {
-		t.Errorf("redlock_hold_duration_seconds{released}: %d holds, %gs in all; want %g holds, the rebuilds' %gs at least",
-			hold.GetSampleCount(), hold.GetSampleSum(), obtained, float64(cfg.rounds*cfg.entries)*cfg.work.Seconds())
+	var releases, holds, held float64
+	for _, m := range fams["redlock_releases_total"].GetMetric() {
+		releases += m.GetCounter().GetValue()
+	}
+	for _, m := range fams["redlock_hold_duration_seconds"].GetMetric() {
+		holds += float64(m.GetHistogram().GetSampleCount())
+		held += m.GetHistogram().GetSampleSum()
+	}
+	if releases != obtained || holds != obtained {
+		t.Errorf("%g releases and %g holds, want one per obtained lock (%g)", releases, holds, obtained)
+	}
+	if rebuilds := float64(cfg.rounds*cfg.entries) * cfg.work.Seconds(); held < rebuilds {
+		t.Errorf("locks held %gs in all, less than the rebuilds' %gs", held, rebuilds)
 	}
 	if got := value(t, fams, "redlock_extends_total", dto.MetricType_COUNTER, "redlock_outcome", "extended", "redlock_renewal", "true"); got == 0 {
 		t.Error("redlock_extends_total{extended,renewal}: no renewal, though each rebuild outlasts a third of the TTL")
