@@ -257,71 +257,66 @@ func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
 	}
 }
 
+// Each event's span is started first, so that the measurements are made in
+// its context: an exemplar then links a metric to the span.
+
 func (o *Observer) obtain(ctx context.Context, e *redlock.ObtainEvent) {
-	attrs := o.attrs(e.Key, e.Outcome, noRenewal)
+	ctx, span := o.start(ctx, "redlock.obtain", e.Wait, e.Key, e.Outcome)
+	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
 	o.obtainDur.Record(ctx, e.Wait.Seconds(), attrs)
 	o.obtains.Add(ctx, 1, attrs)
 	o.attempts.Add(ctx, int64(e.Attempts), attrs)
-
-	span := o.start(ctx, "redlock.obtain", e.Wait, e.Key, e.Outcome)
-	if !span.IsRecording() {
-		return
-	}
-	span.SetAttributes(KeyAttempts.Int(e.Attempts))
-	if e.Fence != 0 {
-		span.SetAttributes(KeyFence.Int64(e.Fence))
+	if span.IsRecording() {
+		span.SetAttributes(KeyAttempts.Int(e.Attempts))
+		if e.Fence != 0 {
+			span.SetAttributes(KeyFence.Int64(e.Fence))
+		}
 	}
 	end(span, e.Outcome, redlock.Obtained, e.Masters, e.Err)
 }
 
 func (o *Observer) extend(ctx context.Context, e *redlock.ExtendEvent) {
-	r, name := extendAttr, "redlock.extend"
+	r, name := renewalFalse, "redlock.extend"
 	if e.Renewal {
-		r, name = renewal, "redlock.renewal"
+		r, name = renewalTrue, "redlock.renewal"
 	}
+	ctx, span := o.start(ctx, name, e.Latency, e.Key, e.Outcome)
 	attrs := o.attrs(e.Key, e.Outcome, r)
 	o.extendDur.Record(ctx, e.Latency.Seconds(), attrs)
 	o.validityLeft.Record(ctx, e.Before.Seconds(), attrs)
 	o.extends.Add(ctx, 1, attrs)
-
-	span := o.start(ctx, name, e.Latency, e.Key, e.Outcome)
-	if !span.IsRecording() {
-		return
+	if span.IsRecording() {
+		span.SetAttributes(KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
 	}
-	span.SetAttributes(KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
 	end(span, e.Outcome, redlock.Extended, e.Masters, e.Err)
 }
 
 func (o *Observer) release(ctx context.Context, e *redlock.ReleaseEvent) {
-	attrs := o.attrs(e.Key, e.Outcome, noRenewal)
-	o.holdDur.Record(ctx, e.Held.Seconds(), attrs)
-	o.releases.Add(ctx, 1, attrs)
-
 	// A Release's own duration is not in the event: the span marks the
 	// moment it returned.
-	span := o.start(ctx, "redlock.release", 0, e.Key, e.Outcome)
-	if !span.IsRecording() {
-		return
+	ctx, span := o.start(ctx, "redlock.release", 0, e.Key, e.Outcome)
+	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
+	o.holdDur.Record(ctx, e.Held.Seconds(), attrs)
+	o.releases.Add(ctx, 1, attrs)
+	if span.IsRecording() {
+		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()))
 	}
-	span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()))
 	end(span, e.Outcome, redlock.Released, e.Masters, e.Err)
 }
 
 func (o *Observer) lose(ctx context.Context, e *redlock.LostEvent) {
-	var opts metric.MeasurementOption = noAttrs
-	if o.withKey {
-		opts = metric.WithAttributes(KeyLockKey.String(e.Key))
-	}
-	o.lost.Add(ctx, 1, opts)
-	o.lostSince.Record(ctx, e.SinceRenewal.Seconds(), opts)
-
 	// The span covers the time from the last good renewal (or the
 	// Obtain) until the work was told.
-	span := o.start(ctx, "redlock.lost", e.SinceRenewal, e.Key, redlock.Lost)
-	if !span.IsRecording() {
-		return
+	ctx, span := o.start(ctx, "redlock.lost", e.SinceRenewal, e.Key, redlock.Lost)
+	var attrs metric.MeasurementOption = noAttrs
+	if o.withKey {
+		attrs = metric.WithAttributes(KeyLockKey.String(e.Key))
 	}
-	span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()))
+	o.lost.Add(ctx, 1, attrs)
+	o.lostSince.Record(ctx, e.SinceRenewal.Seconds(), attrs)
+	if span.IsRecording() {
+		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()))
+	}
 	end(span, redlock.Lost, "", nil, e.Cause)
 }
 
@@ -336,19 +331,21 @@ func (o *Observer) master(ctx context.Context, e *redlock.MasterEvent) {
 
 // start starts a span named name that began d ago, as a child of the span
 // in ctx.
-func (o *Observer) start(ctx context.Context, name string, d time.Duration, key string, out redlock.Outcome) trace.Span {
-	now := time.Now()
-	_, span := o.tracer.Start(ctx, name, trace.WithTimestamp(now.Add(-d)), trace.WithSpanKind(trace.SpanKindInternal))
+func (o *Observer) start(ctx context.Context, name string, d time.Duration, key string, out redlock.Outcome) (context.Context, trace.Span) {
+	ctx, span := o.tracer.Start(ctx, name, trace.WithTimestamp(time.Now().Add(-d)), trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
 		span.SetAttributes(KeyLockKey.String(key), KeyOutcome.String(string(out)))
-	} else {
-		span.End(trace.WithTimestamp(now))
 	}
-	return span
+	return ctx, span
 }
 
-// end sets the span's masters' answers and status, and ends it.
+// end sets the span's masters' answers and status, unless it records
+// nothing, and ends it. ok is the outcome of success.
 func end(span trace.Span, out, ok redlock.Outcome, masters []redlock.NodeError, err error) {
+	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
 	if len(masters) > 0 {
 		addrs := make([]string, len(masters))
 		answers := make([]string, len(masters))
@@ -372,15 +369,14 @@ func end(span trace.Span, out, ok redlock.Outcome, masters []redlock.NodeError, 
 		}
 		span.SetStatus(codes.Error, desc)
 	}
-	span.End()
 }
 
 type renewalAttr uint8
 
 const (
-	noRenewal renewalAttr = iota // the event has no such attribute
-	extendAttr
-	renewal
+	renewalNone renewalAttr = iota // the event has no such attribute
+	renewalFalse
+	renewalTrue
 )
 
 // setKey names a set of metric attributes without the lock's key.
@@ -399,7 +395,7 @@ var outcomes = []redlock.Outcome{redlock.Obtained, redlock.Extended, redlock.Rel
 func makeSets() map[setKey]metric.MeasurementOption {
 	sets := make(map[setKey]metric.MeasurementOption, 3*len(outcomes))
 	for _, out := range outcomes {
-		for _, r := range []renewalAttr{noRenewal, extendAttr, renewal} {
+		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
 			sets[setKey{out, r}] = metric.WithAttributeSet(makeSet("", false, out, r))
 		}
 	}
@@ -407,7 +403,7 @@ func makeSets() map[setKey]metric.MeasurementOption {
 }
 
 // attrs returns the metric attributes of an event: its outcome, whether it
-// is a renewal (for r other than noRenewal), and its key if asked for.
+// is a renewal (for r other than renewalNone), and its key if asked for.
 func (o *Observer) attrs(key string, out redlock.Outcome, r renewalAttr) metric.MeasurementOption {
 	if !o.withKey {
 		if v, ok := o.sets[setKey{out, r}]; ok {
@@ -420,8 +416,8 @@ func (o *Observer) attrs(key string, out redlock.Outcome, r renewalAttr) metric.
 func makeSet(key string, withKey bool, out redlock.Outcome, r renewalAttr) attribute.Set {
 	kv := make([]attribute.KeyValue, 0, 3)
 	kv = append(kv, KeyOutcome.String(string(out)))
-	if r != noRenewal {
-		kv = append(kv, KeyRenewal.Bool(r == renewal))
+	if r != renewalNone {
+		kv = append(kv, KeyRenewal.Bool(r == renewalTrue))
 	}
 	if withKey {
 		kv = append(kv, KeyLockKey.String(key))

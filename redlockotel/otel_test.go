@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
@@ -458,4 +459,68 @@ func count(answers []string, want ...string) int {
 		}
 	}
 	return n
+}
+
+// TestEventsWithoutRedis: events handed to Observe directly. A span covers
+// the operation's duration before Observe was called; an outcome the
+// Observer does not know still gets its own series; and with the global
+// providers (noop until set) nothing fails.
+func TestEventsWithoutRedis(t *testing.T) {
+	tel := newTelemetry(t)
+	ctx, caller := tel.caller(context.Background())
+	const wait = 250 * time.Millisecond
+	tel.obs.Observe(ctx, &redlock.ObtainEvent{Key: "k", Attempts: 3, Wait: wait, Outcome: "expired", Fence: 7,
+		Masters: []redlock.NodeError{{Addr: "a:1"}, {Addr: "b:2", Err: redlock.ErrTaken}, {Addr: "c:3", Err: context.DeadlineExceeded}},
+		Err:     errors.New("something new")})
+	caller.End()
+	m := tel.collect(t)
+	if got := m.sum(t, "redlock.obtains", outcome("expired")); got != 1 {
+		t.Errorf("redlock.obtains{expired} = %d, want 1", got)
+	}
+	if got := m.sum(t, "redlock.obtain.attempts", outcome("expired")); got != 3 {
+		t.Errorf("redlock.obtain.attempts{expired} = %d, want 3", got)
+	}
+	s := tel.named("redlock.obtain")[0]
+	childOf(t, s, caller)
+	if d := s.EndTime().Sub(s.StartTime()); d < wait {
+		t.Errorf("span lasts %v, want it to cover the %v wait", d, wait)
+	}
+	want := map[attribute.Key]attribute.Value{
+		redlockotel.KeyLockKey:   attribute.StringValue("k"),
+		redlockotel.KeyOutcome:   attribute.StringValue("expired"),
+		redlockotel.KeyErrorType: attribute.StringValue("expired"),
+		redlockotel.KeyAttempts:  attribute.IntValue(3),
+		redlockotel.KeyFence:     attribute.Int64Value(7),
+		redlockotel.KeyMasters:   attribute.StringSliceValue([]string{"a:1", "b:2", "c:3"}),
+		redlockotel.KeyAnswers:   attribute.StringSliceValue([]string{"ok", "held by another owner", "context deadline exceeded"}),
+		redlockotel.KeyAgreed:    attribute.IntValue(1),
+	}
+	for k, v := range want {
+		if got, _ := attr(s, k); got != v {
+			t.Errorf("span attribute %s = %v, want %v", k, got.Emit(), v.Emit())
+		}
+	}
+	if s.Status().Code != codes.Error || s.Status().Description != "something new" {
+		t.Errorf("span status %+v", s.Status())
+	}
+	// The measurements were made in the span's context: their exemplars
+	// link to it.
+	if ex := m.hist(t, "redlock.obtain.duration", outcome("expired")).Exemplars; len(ex) != 1 || trace.SpanID(ex[0].SpanID) != s.SpanContext().SpanID() {
+		t.Errorf("obtain duration's exemplars %+v, want one of span %s", ex, s.SpanContext().SpanID())
+	}
+
+	global, err := redlockotel.NewObserver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []redlock.Event{
+		&redlock.ObtainEvent{Key: "k", Outcome: redlock.Obtained},
+		&redlock.ExtendEvent{Key: "k", Renewal: true, Outcome: redlock.Unavailable, Err: redlock.ErrUnavailable},
+		&redlock.ReleaseEvent{Key: "k", Outcome: redlock.Released},
+		&redlock.LostEvent{Key: "k", Cause: redlock.ErrLockLost},
+		&redlock.MasterEvent{Addr: "a:1", Err: context.DeadlineExceeded},
+		&redlock.MasterEvent{Addr: "a:1", Up: true},
+	} {
+		global.Observe(context.Background(), e)
+	}
 }
