@@ -182,7 +182,7 @@ type Observer struct {
 	masterTransits metric.Int64Counter
 	masterDown     metric.Int64UpDownCounter
 
-	sets map[setKey]metric.MeasurementOption // the attributes without a key; read-only
+	sets map[setKey]measure // the attributes without a key; read-only
 }
 
 var _ redlock.Observer = (*Observer)(nil)
@@ -263,9 +263,9 @@ func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
 func (o *Observer) obtain(ctx context.Context, e *redlock.ObtainEvent) {
 	ctx, span := o.start(ctx, "redlock.obtain", e.Wait, e.Key, e.Outcome)
 	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
-	o.obtainDur.Record(ctx, e.Wait.Seconds(), attrs)
-	o.obtains.Add(ctx, 1, attrs)
-	o.attempts.Add(ctx, int64(e.Attempts), attrs)
+	o.obtainDur.Record(ctx, e.Wait.Seconds(), attrs.rec...)
+	o.obtains.Add(ctx, 1, attrs.add...)
+	o.attempts.Add(ctx, int64(e.Attempts), attrs.add...)
 	if span.IsRecording() {
 		span.SetAttributes(KeyAttempts.Int(e.Attempts))
 		if e.Fence != 0 {
@@ -282,9 +282,9 @@ func (o *Observer) extend(ctx context.Context, e *redlock.ExtendEvent) {
 	}
 	ctx, span := o.start(ctx, name, e.Latency, e.Key, e.Outcome)
 	attrs := o.attrs(e.Key, e.Outcome, r)
-	o.extendDur.Record(ctx, e.Latency.Seconds(), attrs)
-	o.validityLeft.Record(ctx, e.Before.Seconds(), attrs)
-	o.extends.Add(ctx, 1, attrs)
+	o.extendDur.Record(ctx, e.Latency.Seconds(), attrs.rec...)
+	o.validityLeft.Record(ctx, e.Before.Seconds(), attrs.rec...)
+	o.extends.Add(ctx, 1, attrs.add...)
 	if span.IsRecording() {
 		span.SetAttributes(KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
 	}
@@ -296,8 +296,8 @@ func (o *Observer) release(ctx context.Context, e *redlock.ReleaseEvent) {
 	// moment it returned.
 	ctx, span := o.start(ctx, "redlock.release", 0, e.Key, e.Outcome)
 	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
-	o.holdDur.Record(ctx, e.Held.Seconds(), attrs)
-	o.releases.Add(ctx, 1, attrs)
+	o.holdDur.Record(ctx, e.Held.Seconds(), attrs.rec...)
+	o.releases.Add(ctx, 1, attrs.add...)
 	if span.IsRecording() {
 		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()))
 	}
@@ -308,12 +308,12 @@ func (o *Observer) lose(ctx context.Context, e *redlock.LostEvent) {
 	// The span covers the time from the last good renewal (or the
 	// Obtain) until the work was told.
 	ctx, span := o.start(ctx, "redlock.lost", e.SinceRenewal, e.Key, redlock.Lost)
-	var attrs metric.MeasurementOption = noAttrs
+	attrs := noAttrs
 	if o.withKey {
-		attrs = metric.WithAttributes(KeyLockKey.String(e.Key))
+		attrs = measureOf(attribute.NewSet(KeyLockKey.String(e.Key)))
 	}
-	o.lost.Add(ctx, 1, attrs)
-	o.lostSince.Record(ctx, e.SinceRenewal.Seconds(), attrs)
+	o.lost.Add(ctx, 1, attrs.add...)
+	o.lostSince.Record(ctx, e.SinceRenewal.Seconds(), attrs.rec...)
 	if span.IsRecording() {
 		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()))
 	}
@@ -329,10 +329,12 @@ func (o *Observer) master(ctx context.Context, e *redlock.MasterEvent) {
 	o.masterDown.Add(ctx, delta, metric.WithAttributes(KeyMaster.String(e.Addr)))
 }
 
+var internal = trace.WithSpanKind(trace.SpanKindInternal)
+
 // start starts a span named name that began d ago, as a child of the span
 // in ctx.
 func (o *Observer) start(ctx context.Context, name string, d time.Duration, key string, out redlock.Outcome) (context.Context, trace.Span) {
-	ctx, span := o.tracer.Start(ctx, name, trace.WithTimestamp(time.Now().Add(-d)), trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := o.tracer.Start(ctx, name, trace.WithTimestamp(time.Now().Add(-d)), internal)
 	if span.IsRecording() {
 		span.SetAttributes(KeyLockKey.String(key), KeyOutcome.String(string(out)))
 	}
@@ -385,18 +387,30 @@ type setKey struct {
 	r   renewalAttr
 }
 
-var noAttrs = metric.WithAttributeSet(*attribute.EmptySet())
+// A measure is a set of metric attributes, as the options Record and Add
+// take: made once, they cost no allocation per measurement.
+type measure struct {
+	rec []metric.RecordOption
+	add []metric.AddOption
+}
+
+func measureOf(set attribute.Set) measure {
+	o := metric.WithAttributeSet(set)
+	return measure{rec: []metric.RecordOption{o}, add: []metric.AddOption{o}}
+}
+
+var noAttrs = measureOf(*attribute.EmptySet())
 
 // outcomes are the outcomes whose attribute sets NewObserver makes once.
 var outcomes = []redlock.Outcome{redlock.Obtained, redlock.Extended, redlock.Released, redlock.Taken,
 	redlock.Unavailable, redlock.Lost, redlock.Cancelled}
 
 // makeSets makes the attribute sets without a key, once.
-func makeSets() map[setKey]metric.MeasurementOption {
-	sets := make(map[setKey]metric.MeasurementOption, 3*len(outcomes))
+func makeSets() map[setKey]measure {
+	sets := make(map[setKey]measure, 3*len(outcomes))
 	for _, out := range outcomes {
 		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
-			sets[setKey{out, r}] = metric.WithAttributeSet(makeSet("", false, out, r))
+			sets[setKey{out, r}] = measureOf(makeSet("", false, out, r))
 		}
 	}
 	return sets
@@ -404,13 +418,13 @@ func makeSets() map[setKey]metric.MeasurementOption {
 
 // attrs returns the metric attributes of an event: its outcome, whether it
 // is a renewal (for r other than renewalNone), and its key if asked for.
-func (o *Observer) attrs(key string, out redlock.Outcome, r renewalAttr) metric.MeasurementOption {
+func (o *Observer) attrs(key string, out redlock.Outcome, r renewalAttr) measure {
 	if !o.withKey {
 		if v, ok := o.sets[setKey{out, r}]; ok {
 			return v
 		}
 	}
-	return metric.WithAttributeSet(makeSet(key, o.withKey, out, r))
+	return measureOf(makeSet(key, o.withKey, out, r))
 }
 
 func makeSet(key string, withKey bool, out redlock.Outcome, r renewalAttr) attribute.Set {
