@@ -448,6 +448,7 @@ func TestExtendWithKeyAttribute(t *testing.T) {
 	}
 }
 
+// kvs lists attributes, for a table of expected points.
 func kvs(kv ...attribute.KeyValue) []attribute.KeyValue { return kv }
 
 // count returns how many of answers are one of want.
