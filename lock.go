@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,17 +112,19 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // calls it (renewal set) while the client closes.
 func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, renewal bool) error {
 	if l.c.cfg.obs == nil {
-		return l.extendQuorum(ctx, ttl)
+		return l.extendQuorum(ctx, ttl, nil)
 	}
 	start, before := time.Now(), l.Validity()
-	err := l.extendQuorum(ctx, ttl)
+	var answers []NodeError
+	err := l.extendQuorum(ctx, ttl, &answers)
 	l.c.observe(ctx, &ExtendEvent{Key: l.key, Renewal: renewal, Latency: time.Since(start), Outcome: outcome(ctx, err, Extended),
-		Before: before, After: l.Validity(), Masters: nodesOf(err), Err: err})
+		Before: before, After: l.Validity(), Masters: answers, Err: err})
 	return err
 }
 
-// extendQuorum asks the masters.
-func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration) error {
+// extendQuorum asks the masters; with answers set, it leaves their answers
+// there.
+func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]NodeError) error {
 	c := l.c
 	start := time.Now()
 	until := time.Duration(l.until.Load())
@@ -146,6 +149,9 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration) error {
 	o.retakeBy = d.UnixMilli()
 	rd := c.fanout(ctx, o, deadline, timeout)
 	defer rd.done()
+	if answers != nil {
+		defer func() { *answers = slices.Clone(rd.nodes) }()
+	}
 	valid := ttl - c.cfg.drift(ttl)
 	if rd.ok >= c.quorum && time.Since(start) < valid {
 		l.setUntil(int64(start.Add(valid).Sub(c.epoch)))
@@ -215,10 +221,12 @@ func (l *Lock) release(ctx context.Context) error {
 		return nil
 	}
 	if l.c.cfg.obs == nil {
-		return l.releaseLocked(ctx)
+		return l.releaseLocked(ctx, nil)
 	}
-	err := l.releaseLocked(ctx)
-	l.c.observe(ctx, &ReleaseEvent{Key: l.key, Held: time.Since(l.obtained), Outcome: outcome(ctx, err, Released), Masters: nodesOf(err), Err: err})
+	start := time.Now()
+	var answers []NodeError
+	err := l.releaseLocked(ctx, &answers)
+	l.c.observe(ctx, &ReleaseEvent{Key: l.key, Held: start.Sub(l.obtained), Latency: time.Since(start), Outcome: outcome(ctx, err, Released), Masters: answers, Err: err})
 	return err
 }
 
@@ -227,7 +235,7 @@ func (l *Lock) release(ctx context.Context) error {
 // The Release goes out to every master even when ctx has ended (it is the
 // cleanup); the caller waits for the outcome no longer than ctx. With ctx
 // already done, it returns at once, and a later Release does nothing more.
-func (l *Lock) releaseLocked(ctx context.Context) error {
+func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	c := l.c
 	l.releasing.Store(true)
 	l.setUntil(0)
@@ -240,7 +248,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 		o.ttl, kept = int64(ms), time.Now().Add(rest)
 	}
 	if ctx.Err() != nil {
-		o.deadline = time.Now().Add(timeout)
+		o.deadline, o.vals = time.Now().Add(timeout), ctx
 		rd := c.round()
 		defer rd.done()
 		for i := range c.nodes {
@@ -252,6 +260,9 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
 	defer rd.done()
+	if answers != nil {
+		*answers = slices.Clone(rd.nodes)
+	}
 	if rd.ok >= c.quorum {
 		l.released.Store(true)
 		l.keptUntil = kept

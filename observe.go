@@ -44,6 +44,16 @@ const (
 	Cancelled   Outcome = "cancelled"   // the caller's context ended, or the Client closed, first
 )
 
+// A LostReason says why a watchdog gave a lock up, as a label for metrics.
+type LostReason string
+
+// Reasons for a lost lock.
+const (
+	Refused LostReason = "refused"  // a renewal was refused: another owner, or the key gone from too many masters
+	RanOut  LostReason = "ran_out"  // renewals failed (or none completed) until the validity ran out
+	MaxHold LostReason = "max_hold" // WithMaxHold ran out
+)
+
 // An ObtainEvent reports one Obtain, or the Obtain of a Do, with all its
 // attempts.
 type ObtainEvent struct {
@@ -73,7 +83,8 @@ type ExtendEvent struct {
 type ReleaseEvent struct {
 	Key     string
 	Held    time.Duration // since the lock was obtained
-	Outcome Outcome       // Released, Lost, Unavailable or Cancelled
+	Latency time.Duration
+	Outcome Outcome // Released, Lost, Unavailable or Cancelled
 	Masters []NodeError
 	Err     error
 }
@@ -83,6 +94,7 @@ type ReleaseEvent struct {
 // failed until the validity ran out, or WithMaxHold ran out.
 type LostEvent struct {
 	Key          string
+	Reason       LostReason
 	Cause        error         // the work context's cause
 	Held         time.Duration // since the lock was obtained
 	SinceRenewal time.Duration // since the last good renewal (or the Obtain)

@@ -419,7 +419,7 @@ type boxedTTL struct {
 // background.
 func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.Duration) {
 	o := acquire.with(opRelease, nil, 0)
-	o.deadline = time.Now().Add(timeout)
+	o.deadline, o.vals = time.Now().Add(timeout), ctx
 	wait := c.round()
 	defer wait.done()
 	n := 0

@@ -247,7 +247,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			w.lost(fmt.Errorf("%w: Close called while the lock was held", ErrClosed))
 			return
 		case <-capped:
-			w.lose(fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
+			w.lose(MaxHold, fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
 			return
 		case <-w.changed:
 			// The validity changed under us: renew in time for the new one.
@@ -265,7 +265,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			}
 			v := l.Validity()
 			if v == 0 {
-				w.lose(ranOut(last))
+				w.lose(RanOut, ranOut(last))
 				return
 			}
 			t.Reset(min(w.every/4+time.Millisecond, v))
@@ -280,7 +280,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		v := l.Validity()
 		if v == 0 {
 			l.mu.Unlock()
-			w.lose(ranOut(last))
+			w.lose(RanOut, ranOut(last))
 			return
 		}
 		// The renewal may not outlast the validity: if it hangs, the work
@@ -298,7 +298,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			last, w.renewed = nil, time.Now()
 			t.Reset(w.wait(w.next(w.every)))
 		case errors.Is(err, ErrLockLost):
-			w.lose(err)
+			w.lose(Refused, err)
 			return
 		default:
 			// Masters did not answer: retry sooner, and wake at the
@@ -316,10 +316,10 @@ func (w *watchdog) wait(d time.Duration) time.Duration {
 }
 
 // lose cancels the work of a lock lost with cause, and tells the Observer.
-func (w *watchdog) lose(cause error) {
+func (w *watchdog) lose(why LostReason, cause error) {
 	if c := w.l.c; c.cfg.obs != nil {
 		now := time.Now()
-		c.observe(w.base, &LostEvent{Key: w.l.key, Cause: cause, Held: now.Sub(w.l.obtained), SinceRenewal: now.Sub(w.renewed)})
+		c.observe(w.base, &LostEvent{Key: w.l.key, Reason: why, Cause: cause, Held: now.Sub(w.l.obtained), SinceRenewal: now.Sub(w.renewed)})
 	}
 	w.lost(cause)
 }

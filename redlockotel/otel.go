@@ -116,6 +116,7 @@ const (
 	KeyValidityEnd   = attribute.Key("redlock.validity.after")  // seconds of validity when it returned
 	KeyHeld          = attribute.Key("redlock.held")            // seconds since the Obtain
 	KeySinceRenewal  = attribute.Key("redlock.since_renewal")   // seconds since the last good renewal
+	KeyLostReason    = attribute.Key("redlock.lost.reason")     // refused, ran_out or max_hold
 	KeyErrorType     = attribute.Key("error.type")
 )
 
@@ -292,9 +293,7 @@ func (o *Observer) extend(ctx context.Context, e *redlock.ExtendEvent) {
 }
 
 func (o *Observer) release(ctx context.Context, e *redlock.ReleaseEvent) {
-	// A Release's own duration is not in the event: the span marks the
-	// moment it returned.
-	ctx, span := o.start(ctx, "redlock.release", 0, e.Key, e.Outcome)
+	ctx, span := o.start(ctx, "redlock.release", e.Latency, e.Key, e.Outcome)
 	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
 	o.holdDur.Record(ctx, e.Held.Seconds(), attrs.rec...)
 	o.releases.Add(ctx, 1, attrs.add...)
@@ -308,14 +307,15 @@ func (o *Observer) lose(ctx context.Context, e *redlock.LostEvent) {
 	// The span covers the time from the last good renewal (or the
 	// Obtain) until the work was told.
 	ctx, span := o.start(ctx, "redlock.lost", e.SinceRenewal, e.Key, redlock.Lost)
-	attrs := noAttrs
+	kv := []attribute.KeyValue{KeyLostReason.String(string(e.Reason))}
 	if o.withKey {
-		attrs = measureOf(attribute.NewSet(KeyLockKey.String(e.Key)))
+		kv = append(kv, KeyLockKey.String(e.Key))
 	}
+	attrs := measureOf(attribute.NewSet(kv...))
 	o.lost.Add(ctx, 1, attrs.add...)
 	o.lostSince.Record(ctx, e.SinceRenewal.Seconds(), attrs.rec...)
 	if span.IsRecording() {
-		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()))
+		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()), KeyLostReason.String(string(e.Reason)))
 	}
 	end(span, redlock.Lost, "", nil, e.Cause)
 }

@@ -253,10 +253,10 @@ func TestRenewalsFailWhileMastersFreeze(t *testing.T) {
 	if h := m.hist(t, "redlock.extend.validity_left", outcome(redlock.Unavailable), renewal(true)); h.Sum <= 0 {
 		t.Errorf("failed renewals started with %gs of validity in all, want some", h.Sum)
 	}
-	if got := m.sum(t, "redlock.lost_locks"); got != 1 {
-		t.Errorf("redlock.lost_locks = %d, want 1", got)
+	if got := m.sum(t, "redlock.lost_locks", redlockotel.KeyLostReason.String(string(redlock.RanOut))); got != 1 {
+		t.Errorf("redlock.lost_locks{ran_out} = %d, want 1", got)
 	}
-	if h := m.hist(t, "redlock.lost.since_renewal"); h.Count != 1 || h.Sum <= 0 {
+	if h := m.hist(t, "redlock.lost.since_renewal", redlockotel.KeyLostReason.String(string(redlock.RanOut))); h.Count != 1 || h.Sum <= 0 {
 		t.Errorf("redlock.lost.since_renewal: count %d, sum %g; want 1 positive", h.Count, h.Sum)
 	}
 	for _, s := range frozen {
@@ -361,7 +361,7 @@ func TestDoLosesItsLock(t *testing.T) {
 	}{
 		{"redlock.obtains", kvs(outcome(redlock.Obtained)), 1},
 		{"redlock.extends", kvs(outcome(redlock.Lost), renewal(true)), 1},
-		{"redlock.lost_locks", nil, 1},
+		{"redlock.lost_locks", kvs(redlockotel.KeyLostReason.String(string(redlock.Refused))), 1},
 		{"redlock.releases", kvs(outcome(redlock.Lost)), 1},
 	} {
 		if got := m.sum(t, c.name, c.attrs...); got != c.want {
