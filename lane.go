@@ -75,9 +75,6 @@ type lane struct {
 	live []*request // scratch, owned by whoever runs the lane
 }
 
-// tickEvery is how often an idle lane ticks its transport while it asks.
-const tickEvery = connIdle
-
 func newLane(t transport, deliver func(*request)) *lane {
 	l := &lane{t: t, deliver: deliver}
 	l.cond.L = &l.mu
@@ -105,7 +102,7 @@ func (l *lane) send(r *request, inline bool) {
 		l.fail(r, ErrClosed)
 		return
 	case l.running && !time.Now().Before(l.stalled):
-		if r.kind == opRelease {
+		if r.kind == opRelease && len(l.kept) < maxPending {
 			l.kept = append(l.kept, r.op)
 		}
 		l.mu.Unlock()
@@ -181,7 +178,8 @@ func (l *lane) work(wg *sync.WaitGroup) {
 			return
 		}
 		if len(l.queue) == 0 { // a tick
-			l.poked, l.running = false, true
+			now := time.Now()
+			l.poked, l.running, l.stalled = false, true, stallAt(now, now.Add(tickBudget))
 			kept := l.takeKept()
 			l.mu.Unlock()
 			again := l.tick(kept)

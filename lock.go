@@ -33,6 +33,31 @@ type Lock struct {
 	// changed, once a watchdog watches the lock, is signalled whenever
 	// until changes, so that the watchdog follows a shorter validity.
 	changed atomic.Pointer[chan struct{}]
+	// renewing cancels the watchdog's renewal in flight, so that a Release
+	// need not wait for it.
+	renewing atomic.Pointer[context.CancelFunc]
+}
+
+// lockFor takes l.mu for a call of the caller's, waiting no longer than
+// ctx; a watchdog's renewal in flight gives way to it.
+func (l *Lock) lockFor(ctx context.Context) error {
+	if l.mu.TryLock() {
+		return nil
+	}
+	if cancel := l.renewing.Load(); cancel != nil {
+		(*cancel)()
+	}
+	t := time.NewTimer(time.Millisecond)
+	defer t.Stop()
+	for !l.mu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redlock: waiting for the lock's Extend or renewal in flight: %w", context.Cause(ctx))
+		case <-t.C:
+			t.Reset(time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // setUntil sets the end of validity and tells a watchdog.
@@ -103,7 +128,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
+	if err := l.lockFor(ctx); err != nil {
+		return err
+	}
 	defer l.mu.Unlock()
 	return l.extendLocked(ctx, ttl, false)
 }
@@ -215,7 +242,9 @@ func (l *Lock) Release(ctx context.Context) error {
 // release is Release after validation; Do calls it while the client
 // closes.
 func (l *Lock) release(ctx context.Context) error {
-	l.mu.Lock()
+	if err := l.lockFor(ctx); err != nil {
+		return err
+	}
 	defer l.mu.Unlock()
 	if l.released.Load() {
 		return nil
@@ -237,10 +266,13 @@ func (l *Lock) release(ctx context.Context) error {
 // already done, it returns at once, and a later Release does nothing more.
 func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	c := l.c
-	l.releasing.Store(true)
+	// A Release after one that got no answer: that one may have run, or
+	// been kept and sent since (transport.go), so no key is no loss.
+	again := l.releasing.Swap(true)
 	l.setUntil(0)
 	timeout := c.cfg.timeout(l.ttl)
 	o := l.op.with(opRelease, nil, 0)
+	o.again = again
 	var kept time.Time
 	if rest := time.Until(l.obtained.Add(l.holdAtLeast)); rest > 0 {
 		// Held at least until then: the key stays for the rest of the while.

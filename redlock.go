@@ -206,7 +206,7 @@ func (c *Client) Close() error {
 func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
-		return nil, err
+		return nil, c.closedObtain(err)
 	}
 	oc, err := obtainOptions(opts, forObtain)
 	if err != nil {
@@ -302,6 +302,19 @@ func ended(ctx context.Context) error {
 		return context.Cause(ctx)
 	}
 	return nil
+}
+
+// closedObtain turns ErrClosed, for an Obtain or a Do, into a failed
+// Obtain: the masters are not reachable through a closed Client
+// (ErrUnavailable), and the error matches ErrClosed.
+func (c *Client) closedObtain(err error) error {
+	if err != ErrClosed {
+		return err
+	}
+	rd := c.round()
+	defer rd.done()
+	rd.expire(ErrClosed)
+	return c.quorumError("obtain", rd, ErrNotObtained)
 }
 
 // wrapCause adds to err why the wait for the lock ended, unless err

@@ -34,6 +34,11 @@ type op struct {
 	// go-redis hook); it lives as long as the request.
 	vals   context.Context
 	inline bool // may run on the caller's goroutine: the caller waits for it and has no context to honour
+	// again marks a request that may have run already (sent a second time
+	// after the master closed its connection, or a Release tried again
+	// after one that got no answer): it goes in a form safe to run twice,
+	// and a Release that finds no key counts as done (see build, result).
+	again bool
 }
 
 // newOp boxes a lock's key, counter key and token, for an op of kind that
@@ -88,11 +93,19 @@ func (r *request) build(eval, fresh bool) {
 	a := r.argv[:0]
 	switch r.kind {
 	case opAcquire:
+		if r.again { // our own key from the first run holds the lock
+			s, a = &acquireAgainScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
+			break
+		}
 		a = append(a, "set", r.key, r.token, "nx", "px", r.ttl)
 		r.cmd = r.command(a, fresh)
 		return
 	case opAcquireFenced:
-		s, a = &acquireFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
+		s = &acquireFencedScript
+		if r.again {
+			s = &acquireFencedAgainScript
+		}
+		a = append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
 	case opRaise:
 		s, a = &raiseScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.fence)
 	case opExtend:
@@ -149,7 +162,7 @@ func (r *request) forget() {
 // and nil, ErrTaken, errAbsent or the failure.
 func (r *request) result() (int64, error) {
 	err := r.cmd.Err()
-	if r.kind == opAcquire {
+	if r.kind == opAcquire && !r.again {
 		if err == redis.Nil {
 			return 0, ErrTaken
 		}
@@ -167,6 +180,8 @@ func (r *request) result() (int64, error) {
 		return v, nil
 	case v == 0:
 		return 0, ErrTaken
+	case r.again && r.kind == opRelease:
+		return 0, nil // the key is gone: the first run of this Release, or its TTL, took it
 	default:
 		return 0, errAbsent
 	}

@@ -8,7 +8,7 @@ package redlock
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
-var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript}
+var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript, &acquireAgainScript, &acquireFencedAgainScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it, each also
 // boxed once as a command argument, so that building a command allocates
@@ -206,3 +206,43 @@ local f = redis.call('GET', KEYS[2])
 return {v or '', t, f or ''}
 `,
 	"acf7bb8f3516eaf59cba22e53619746764ed5eb7")
+
+// acquireAgainScript is the acquire sent a second time after the master
+// closed the connection of the first: the first may have run, and its key
+// holds the lock.
+//
+//	KEYS[1]  lock key
+//	ARGV[1]  owner token
+//	ARGV[2]  TTL in milliseconds
+//	returns  1 taken (now or by the first run), 0 held by another owner
+var acquireAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	return 1
+end
+if v then
+	return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`,
+	"b644e531f669c4bf4cfc2170431f2b8e9980d031")
+
+// acquireFencedAgainScript is acquireFencedScript sent a second time: when
+// the first run took the lock, the counter it raised is the fence.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  fence counter
+//	ARGV[1]  owner token
+//	ARGV[2]  TTL in milliseconds
+//	returns  the fence (> 0) when taken, 0 when held by another owner
+var acquireFencedAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+if v then
+	return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return redis.call('INCR', KEYS[2])
+`,
+	"d32de811abdaa137bf95adb193be8f994fbfccde")

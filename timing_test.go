@@ -527,9 +527,9 @@ func TestIdleClientGivesItsConnectionsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // idle
+	time.Sleep(1500 * time.Millisecond) // idle for longer than connIdle (1s)
 	if s := rdb.PoolStats(); s.IdleConns < s.TotalConns {
-		t.Fatalf("idle for 200ms, the lock client still holds %d of the %d connections of the user's pool", s.TotalConns-s.IdleConns, s.TotalConns)
+		t.Fatalf("idle for 1.5s, the lock client still holds %d of the %d connections of the user's pool", s.TotalConns-s.IdleConns, s.TotalConns)
 	}
 }
 

@@ -2,9 +2,12 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"io"
 	"math"
+	"strconv"
 	"strings"
-	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,35 +18,45 @@ import (
 //
 //   - On a standalone master (a *redis.Client: plain or Sentinel), the lane
 //     keeps a connection of its own while it is in use, so a batch pays no
-//     pool checkout, and learns its client ID and address on the server
-//     (CLIENT INFO, in the first batch's pipeline). (TestTransportKnowsItsConnection)
+//     pool checkout, and knows its client ID and address on the server: a
+//     CLIENT INFO round trip when it takes one. (TestTransportKnowsItsConnection)
 //   - Order holds across connections: a connection given up with requests
 //     whose fate is unknown (a timeout, a network error, a panic) may still
 //     deliver them to the master later, and a later request of the same key
 //     on a fresh connection could overtake them (a Release undone by an
-//     Extend's late re-take). So the fresh connection's first commands, in
-//     the same pipeline as the batch, kill the old one (CLIENT KILL ID ...
-//     ADDR ..., both filters, so that a restarted master's new client with
-//     a reused ID is spared): once the master has run it, nothing of the
-//     old connection runs any more. (TestReleaseIsNotUndoneByStraggler,
-//     TestBarrierKillsNoStranger)
+//     Extend's late re-take, an acquire that lands after its undo). So the
+//     fresh connection's first commands, in the same pipeline as its first
+//     batch, kill the old one (CLIENT KILL ID ... ADDR ..., both filters, so
+//     that a restarted master's new client with a reused ID is spared):
+//     once the master has run it, nothing of the old connection runs any
+//     more. Until then the old connection stays out of the client's pool,
+//     so that the application never gets a connection the lane will kill.
+//     (TestReleaseIsNotUndoneByStraggler, TestBarrierKillsNoStranger,
+//     TestBarrierKillsNoStrangerAfterARefusal)
 //   - Where that barrier is not available (an ACL that denies CLIENT KILL
-//     or CLIENT INFO, a Redis before 6.2, the first batch of a connection
-//     failing before CLIENT INFO answered, a Cluster master), a straggler
-//     can still land after a later request: an Extend never shortens a key
+//     or CLIENT INFO, a Redis before 6.2, a Cluster master), a straggler can
+//     still land after a later request: an Extend never shortens a key
 //     (extendScript), so it cannot cut a renewed lock, and its re-take is
 //     refused past its deadline by the master's clock; a straggling acquire
 //     or re-take that lands after a Release keeps the key until its TTL.
 //     (TestShorterStragglerCannotShortenAHeldLock)
+//   - A batch whose connection the master closed (a restart, a kill) is sent
+//     once more on a fresh one, after the barrier, as requests that are
+//     safe to run twice: an acquire that finds its own token holds the
+//     lock, a Release that finds no key released it. (TestExtendRetakesVanishedKey,
+//     TestRetryAfterResetDoesNotMisreportObtain)
 //   - A Release that could not reach the master (a timeout, a stalled lane,
 //     no connection) is kept and sent again after the barrier, when the
-//     master answers again: a straggling acquire that lands after a stall
-//     must not keep a released lock's key for a whole TTL.
-//     (TestReleasedLockLeavesNoKeyAfterAStall)
+//     master answers again, and when the Client closes: a straggling acquire
+//     that lands after a stall must not keep a released lock's key for a
+//     whole TTL. (TestReleasedLockLeavesNoKeyAfterAStall, TestCloseSendsKeptReleases)
 //   - Scripts are lost whole (a restart, SCRIPT FLUSH), so every script is
 //     loaded before the first script request, in the batch's own pipeline,
 //     and a NOSCRIPT batch is rerun in order. (TestScriptsLoadedBeforeFirstUse,
 //     TestScriptCacheFlushed)
+//   - A pipeline that failed leaves no command without an error: go-redis
+//     does when it could not set the connection up for a reason the server
+//     gave (WRONGPASS). (TestWrongPasswordNeverGrants)
 //   - Commands are reused and alias their request's arguments; go-redis is
 //     done with a command when Process or Exec returns, and a batch that
 //     panicked gives its commands up. (request.command,
@@ -56,56 +69,54 @@ import (
 // connection was put back in its pool less than 5 seconds ago; a connection
 // never put back paid that on every batch. Pushes still arrive: go-redis
 // handles those that come with a batch's replies.
-//
-// A connection the pool has just dialed was never put back in it, so it
-// pays the peek until its first turn: that one comes after connTurnFirst.
-const (
-	connTurn      = 2 * time.Second
-	connTurnFirst = 50 * time.Millisecond
-)
+const connTurn = 2 * time.Second
 
 // connIdle is how long a lane keeps its connection without using it before
-// it gives it back to the client's pool: the application may need it, and
-// a master restarted meanwhile left it dead (the pool's health check then
-// replaces it). Taking one again costs a CLIENT INFO in the next batch.
-const connIdle = 20 * time.Millisecond
+// it gives it back to the client's pool: a master restarted meanwhile left
+// it dead, and the pool's health check replaces it. A lane gives its
+// connection back at once when the pool has no idle one left: the
+// application may be waiting for it. Taking one costs a CLIENT INFO round
+// trip, so a lock taken now and then, every connIdle or less, pays none.
+const connIdle = time.Second
+
+// tickEvery is how often a lane that holds a connection, or kept Releases,
+// looks at them while it has nothing else to do; tickBudget bounds what a
+// tick sends.
+const (
+	tickEvery  = 50 * time.Millisecond
+	tickBudget = 200 * time.Millisecond
+)
 
 // maxPending bounds the Releases a lane keeps for a master that does not
 // answer; beyond it, the keys expire with their TTL.
 const maxPending = 4096
 
 type redisTransport struct {
-	rdb     redis.UniversalClient
-	std     *redis.Client // rdb when it is standalone, else nil (no connection of our own)
-	fresh   bool          // every request needs a new command (a sharded client; see request.command)
-	loaded  *atomic.Bool  // every script is in the master's cache, as far as we know (the node's)
-	takes   chan struct{} // the node's: one lane dials at a time (see take)
-	dialing bool          // this lane holds the node's dial turn
-	ctx     deadlineCtx   // the running batch's deadline
+	rdb   redis.UniversalClient
+	std   *redis.Client // rdb when it is standalone, else nil (no connection of our own)
+	fresh bool          // every request needs a new command (a sharded client; see request.command)
+	node  *node         // the node's shared state: scripts loaded, the dial turn, the barrier's permission
+	ctx   deadlineCtx   // the running batch's deadline
 
 	conn *redis.Conn // the lane's own connection (std only)
 	pipe redis.Pipeliner
-	info *redis.ClientInfoCmd // CLIENT INFO of conn, sent with its first batch; nil once read
-	id   int64                // conn's client ID on the master; 0 when unknown
-	addr string               // conn's address as the master sees it
-	took time.Time            // when conn was taken from the pool
-	turn time.Duration        // how long conn may be kept in steady use
-	long bool                 // this turn is the short one (the names swap each take)
-	used time.Time            // when conn last carried a batch
+	id   int64     // conn's client ID on the master; 0 when unknown
+	addr string    // conn's address as the master sees it
+	took time.Time // when conn was taken from the pool
+	used time.Time // when conn last carried a batch
 
-	kill      []victim   // connections given up with requests of unknown fate
-	killKnown bool       // the master said whether this client may CLIENT KILL
-	noKill    bool       // the master's ACL denies CLIENT KILL (or CLIENT INFO)
-	probe     *redis.Cmd // a CLIENT KILL that matches no client, to learn that
-	pending   []op       // Releases to send again, after the barrier
-	cmds      []redis.Cmder
-	extra     []*redis.Cmd // this batch's barrier and pending commands
+	kill    []victim // connections given up with requests of unknown fate
+	pending []op     // Releases to send again, after the barrier
+	cmds    []redis.Cmder
+	extra   []*redis.Cmd // this batch's barrier and pending commands
 }
 
-// A victim is a connection to kill before the next batch.
+// A victim is a connection to kill before the next batch; it stays out of
+// the client's pool until then.
 type victim struct {
 	id   int64
 	addr string
+	conn *redis.Conn
 }
 
 // deadlineCtx is the context a batch runs on: a deadline for go-redis's
@@ -143,7 +154,17 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 	for _, r := range batch {
 		r.build(false, t.fresh)
 	}
-	t.send(ctx, batch, scripts && !t.loaded.Load(), now)
+	t.send(ctx, batch, scripts && !t.node.loaded.Load(), now)
+	if again := t.closedConn(batch); len(again) > 0 && time.Now().Before(at) {
+		// The master closed the connection: it may have run some of
+		// these, so they go again as requests safe to run twice, on a
+		// fresh connection, after the barrier.
+		for _, r := range again {
+			r.again = true
+			r.build(false, t.fresh)
+		}
+		t.send(ctx, again, !t.node.loaded.Load(), time.Now())
+	}
 	retry := 0
 	for i, r := range batch {
 		if noScript(r.cmd.Err()) {
@@ -156,7 +177,7 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		// requests that failed are all the batch's script requests, and
 		// rerunning them in order keeps the order of one lock's requests
 		// (an Extend never runs after the Release that followed it).
-		t.loaded.Store(false)
+		t.node.loaded.Store(false)
 		for _, r := range batch[:retry] {
 			r.build(false, t.fresh)
 		}
@@ -174,6 +195,23 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 	t.keep(batch)
 }
 
+// closedConn returns the requests of batch that failed because the master
+// closed their connection (only where the barrier can make sure the old
+// connection runs nothing more).
+func (t *redisTransport) closedConn(batch []*request) []*request {
+	if t.std == nil || len(t.kill) == 0 {
+		return nil
+	}
+	var again []*request
+	for _, r := range batch {
+		if err := r.cmd.Err(); err != nil && !isReply(err) && !r.again &&
+			(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+			again = append(again, r)
+		}
+	}
+	return again
+}
+
 // keep holds on to the Releases of batch that got no answer, to send them
 // again after the barrier.
 func (t *redisTransport) keep(batch []*request) {
@@ -184,6 +222,7 @@ func (t *redisTransport) keep(batch []*request) {
 	}
 }
 
+// keepOp keeps a Release to send again.
 func (t *redisTransport) keepOp(o op) {
 	if len(t.pending) >= maxPending {
 		return // the key expires with its TTL
@@ -192,25 +231,35 @@ func (t *redisTransport) keepOp(o op) {
 	t.pending = append(t.pending, o)
 }
 
-// tick is the lane's idle work: give back a connection left unused, and
-// send the kept Releases when the master may answer again. It reports
-// whether it should be called again.
+// tick is the lane's idle work: give back a connection left unused, or
+// one the application may be waiting for, and send the kept Releases
+// (bounded by tickBudget). It reports whether it wants another tick.
 func (t *redisTransport) tick(now time.Time) bool {
-	if t.conn != nil && now.Sub(t.used) >= connIdle {
-		t.conn.Close() // back to the client's pool
-		t.conn, t.pipe, t.info = nil, nil, nil
+	if t.std == nil {
+		t.sendPendingShared(now)
+		return len(t.pending) > 0
 	}
-	if len(t.pending) > 0 {
-		t.ctx = deadlineCtx{at: now.Add(maxDefaultNodeTimeout)}
+	if t.conn != nil && (now.Sub(t.used) >= connIdle || t.poolDry()) {
+		t.giveBack()
+	}
+	if len(t.pending) > 0 || len(t.kill) > 0 {
+		t.ctx = deadlineCtx{at: now.Add(tickBudget)}
 		t.send(&t.ctx, nil, false, now)
 	}
-	return t.conn != nil || len(t.pending) > 0
+	return t.conn != nil || len(t.pending) > 0 || len(t.kill) > 0
+}
+
+// poolDry reports whether the client's pool has no idle connection left
+// while it is full: someone may be waiting for the one the lane holds.
+func (t *redisTransport) poolDry() bool {
+	s := t.std.PoolStats()
+	return s.IdleConns == 0 && int(s.TotalConns) >= t.std.Options().PoolSize
 }
 
 // barrier reports whether a connection given up now would be killed before
 // the next batch.
 func (t *redisTransport) barrier() bool {
-	return t.std != nil && t.killKnown && !t.noKill && t.id != 0
+	return t.std != nil && t.node.killAllowed() && t.id != 0
 }
 
 // send sends batch as one pipeline and reads the replies into the requests'
@@ -223,46 +272,39 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		}
 		return
 	}
-	if t.conn != nil && (now.Sub(t.took) > t.turn || now.Sub(t.used) >= connIdle) {
-		t.conn.Close() // back to the client's pool
-		t.conn, t.pipe, t.info = nil, nil, nil
+	if t.conn != nil && (now.Sub(t.took) > connTurn || now.Sub(t.used) >= connIdle) {
+		t.giveBack()
 	}
-	if t.conn == nil && !t.take(ctx) {
-		err := context.DeadlineExceeded
-		for _, r := range batch {
-			r.cmd.SetErr(err)
+	if t.conn == nil {
+		if err := t.take(ctx); err != nil {
+			for _, r := range batch {
+				r.cmd.SetErr(err)
+			}
+			return
 		}
-		return
 	}
 	t.used = now
 	t.extra = t.extra[:0]
-	if t.info != nil {
-		t.cmds = append(t.cmds, t.info)
-	}
-	if !t.killKnown {
-		t.probe = redis.NewCmd(ctx, "client", "kill", "id", int64(math.MaxInt64), "addr", "0.0.0.0:0")
-		t.cmds = append(t.cmds, t.probe)
-	}
 	for _, v := range t.kill {
 		t.addExtra(redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr))
 	}
 	nkill := len(t.extra)
 	for i := range t.pending {
 		r := request{op: t.pending[i]}
-		r.build(false, true)
+		r.build(true, true) // EVAL: the master may have lost its scripts since
 		t.addExtra(r.cmd)
 	}
 	var loads [len(scripts)]*redis.Cmd
-	if load || len(t.pending) > 0 && !t.loaded.Load() {
-		load = true
+	if load {
 		for i, s := range scripts {
 			loads[i] = redis.NewCmd(ctx, "script", "load", s.srcArg)
 			t.cmds = append(t.cmds, loads[i])
 		}
 	}
-	if len(t.cmds) == 0 && len(batch) == 1 {
+	switch {
+	case len(t.cmds) == 0 && len(batch) == 1:
 		_ = t.conn.Process(ctx, batch[0].cmd) // one command: Process spares the pipeline's slice
-	} else {
+	case len(t.cmds)+len(batch) > 0:
 		for _, r := range batch {
 			t.cmds = append(t.cmds, r.cmd)
 		}
@@ -291,82 +333,118 @@ func (t *redisTransport) addExtra(c *redis.Cmd) {
 	t.cmds = append(t.cmds, c)
 }
 
-// take takes a connection from the client's pool; its CLIENT INFO goes out
-// with the first batch. The lanes of a node take theirs one at a time, for
-// no longer than the batch's deadline: go-redis v9.23 races with itself
-// when connections of one client dial at once through Conn (a handshake
-// that falls back writes the client's shared options under a lock of its
-// own).
-func (t *redisTransport) take(ctx context.Context) bool {
-	select {
-	case t.takes <- struct{}{}:
-	default:
-		at, _ := ctx.Deadline()
-		w := time.NewTimer(time.Until(at))
-		defer w.Stop()
-		select {
-		case t.takes <- struct{}{}:
-		case <-w.C:
-			return false
-		}
+// take takes a connection from the client's pool and learns its client ID
+// and address (and, once per master, whether CLIENT KILL is allowed), in
+// one round trip. A connection the pool has just dialed was never put back
+// in it, so go-redis would peek for pushes on its every command: it is put
+// back once, and taken again.
+func (t *redisTransport) take(ctx context.Context) error {
+	held, err := t.node.dialTurn(ctx)
+	if err != nil {
+		return err
 	}
-	t.dialing = true
+	if held {
+		defer t.node.dialDone()
+	}
+	misses := t.std.PoolStats().Misses
 	c := t.std.Conn()
-	t.conn, t.pipe, t.took, t.id, t.addr = c, c.Pipeline(), time.Now(), 0, ""
-	// Short and long turns alternate: a freshly dialed connection is back
-	// in the pool soon, and one that came from it stays.
-	t.turn = connTurn
-	if t.long = !t.long; t.long {
-		t.turn = connTurnFirst
+	id, addr, err := t.identify(ctx, c)
+	if err == nil && t.std.PoolStats().Misses != misses {
+		c.Close() // dialed: back to the pool once, stamped, and out again
+		c = t.std.Conn()
+		id, addr, err = t.identify(ctx, c)
 	}
-	t.info = redis.NewClientInfoCmd(ctx, "client", "info")
-	// The connection dials on its first command: the first batch runs
-	// holding the node's dial turn, given back in settle.
-	return true
+	if err != nil {
+		c.Close()
+		return err
+	}
+	t.node.dialed.Store(true)
+	t.conn, t.pipe, t.took, t.id, t.addr = c, c.Pipeline(), time.Now(), id, addr
+	return nil
 }
 
-// settle reads the replies of the commands that went with the batch:
-// CLIENT INFO, the barrier, the kept Releases, the script loads. It reports
-// whether one of them failed without an answer (the connection is then
-// broken).
-func (t *redisTransport) settle(load bool, loads []*redis.Cmd, nkill int) (broken bool) {
-	t.dialed()
-	if t.probe != nil {
-		switch err := t.probe.Err(); {
+// identify asks c's client ID and address, and whether CLIENT KILL is
+// allowed if nobody asked yet. An error is a failure to get an answer; an
+// ACL or a Redis that denies the question leaves the ID 0.
+func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, string, error) {
+	info := redis.NewCmd(ctx, "client", "info") // not ClientInfoCmd: a name with '=' fails its parser
+	var probe *redis.Cmd
+	if t.node.killKnown.Load() == 0 {
+		probe = redis.NewCmd(ctx, "client", "kill", "id", int64(math.MaxInt64), "addr", "0.0.0.0:0")
+	}
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_ = p.Process(ctx, info)
+		if probe != nil {
+			_ = p.Process(ctx, probe)
+		}
+		return nil
+	})
+	stamp([]redis.Cmder{info}, err)
+	if err := info.Err(); err != nil && !isReply(err) {
+		return 0, "", err
+	}
+	if probe != nil {
+		switch err := probe.Err(); {
 		case err == nil:
-			t.killKnown = true
-		case isReply(err) && strings.HasPrefix(err.Error(), "NOPERM"):
-			t.killKnown, t.noKill = true, true
-		case isReply(err): // an older Redis that knows no such filter
-			t.killKnown, t.noKill = true, true
-		default:
-			broken = true
-		}
-		t.probe = nil
-	}
-	if t.info != nil {
-		if info, err := t.info.Result(); err == nil && info != nil && info.ID != 0 && info.Addr != "" {
-			t.id, t.addr = info.ID, info.Addr
-			t.info = nil
-		} else if isReply(err) {
-			t.noKill = true // no CLIENT INFO: no barrier either
-			t.info = nil
-		} else {
-			broken = true
+			t.node.killKnown.Store(1)
+		case refusedCommand(err): // an ACL, or a Redis without the filter
+			t.node.killKnown.Store(2)
 		}
 	}
+	if info.Err() != nil {
+		return 0, "", nil // denied, or an older Redis: no barrier on this connection
+	}
+	s, _ := info.Val().(string)
+	id, addr := clientIdentity(s)
+	return id, addr, nil
+}
+
+// refusedCommand reports whether err says the command itself is not
+// allowed or not known: NOPERM, or an unknown subcommand or option. Other
+// error replies (BUSY, LOADING) say nothing of it.
+func refusedCommand(err error) bool {
+	if !isReply(err) {
+		return false
+	}
+	s := err.Error()
+	return strings.HasPrefix(s, "NOPERM") || strings.Contains(s, "nknown subcommand") || strings.Contains(s, "syntax error") || strings.Contains(s, "nknown command")
+}
+
+// clientIdentity reads the ID and the address of a CLIENT INFO line; 0 and
+// "" for what it lacks.
+func clientIdentity(info string) (id int64, addr string) {
+	for _, f := range strings.Fields(info) {
+		if v, ok := strings.CutPrefix(f, "id="); ok {
+			id, _ = strconv.ParseInt(v, 10, 64)
+		} else if v, ok := strings.CutPrefix(f, "addr="); ok {
+			addr = v
+		}
+	}
+	if addr == "" {
+		id = 0
+	}
+	return id, addr
+}
+
+// settle reads the replies of the commands that went with the batch: the
+// barrier, the kept Releases, the script loads. It reports whether one of
+// them failed without an answer (the connection is then broken).
+func (t *redisTransport) settle(load bool, loads []*redis.Cmd, nkill int) (broken bool) {
 	if nkill > 0 {
 		resolved := true
 		for _, c := range t.extra[:nkill] {
 			switch err := c.Err(); {
-			case err == nil || strings.Contains(err.Error(), "No such client"):
-			case isReply(err) && strings.HasPrefix(err.Error(), "NOPERM"):
-				t.noKill = true
+			case err == nil, refusedCommand(err):
+				// killed, or gone already; or not allowed after all
 			default:
 				resolved, broken = false, true // not run: the next connection tries again
 			}
 		}
-		if resolved || t.noKill {
+		if resolved {
+			for _, v := range t.kill {
+				v.conn.Close() // dead now: the pool's health check discards it
+			}
+			clear(t.kill)
 			t.kill = t.kill[:0]
 		}
 	}
@@ -374,7 +452,7 @@ func (t *redisTransport) settle(load bool, loads []*redis.Cmd, nkill int) (broke
 		// The kept Releases went out after the barrier; keep those that
 		// did not get an answer.
 		sent := t.pending
-		t.pending = t.pending[:0:0]
+		t.pending = nil
 		for i, c := range t.extra[nkill:] {
 			if err := c.Err(); err != nil && !isReply(err) {
 				t.keepOp(sent[i])
@@ -389,31 +467,30 @@ func (t *redisTransport) settle(load bool, loads []*redis.Cmd, nkill int) (broke
 		for _, c := range loads {
 			ok = ok && c.Err() == nil
 		}
-		t.loaded.Store(ok)
+		t.node.loaded.Store(ok)
 	}
 	return broken
 }
 
-// drop gives up the lane's connection, to be killed first by the next one
-// where the barrier is available.
+// drop gives up the lane's connection. With the barrier, it stays out of
+// the client's pool until the next connection has killed it; without, it
+// goes back (go-redis discards it if it saw it fail).
 func (t *redisTransport) drop() {
 	if t.conn == nil {
 		return
 	}
 	if t.barrier() {
-		t.kill = append(t.kill, victim{t.id, t.addr})
+		t.kill = append(t.kill, victim{t.id, t.addr, t.conn})
+	} else {
+		t.conn.Close()
 	}
-	t.dialed()
-	t.conn.Close()
-	t.conn, t.pipe, t.info, t.id = nil, nil, nil, 0
+	t.conn, t.pipe, t.id = nil, nil, 0
 }
 
-// dialed gives the node's dial turn back, if this lane holds it.
-func (t *redisTransport) dialed() {
-	if t.dialing {
-		t.dialing = false
-		<-t.takes
-	}
+// giveBack puts the lane's connection back in the client's pool.
+func (t *redisTransport) giveBack() {
+	t.conn.Close()
+	t.conn, t.pipe, t.id = nil, nil, 0
 }
 
 // sendShared sends batch through the client's own pipeline: a Cluster
@@ -429,16 +506,39 @@ func (t *redisTransport) sendShared(ctx context.Context, batch []*request, load 
 	}
 	if len(batch) == 1 {
 		_ = t.rdb.Process(cctx, batch[0].cmd)
-	} else {
-		pipe := t.rdb.Pipeline()
-		for _, r := range batch {
-			t.cmds = append(t.cmds, r.cmd)
+		return
+	}
+	pipe := t.rdb.Pipeline()
+	for _, r := range batch {
+		t.cmds = append(t.cmds, r.cmd)
+	}
+	_ = pipe.BatchProcess(cctx, t.cmds...)
+	_, err := pipe.Exec(cctx)
+	stamp(t.cmds, err)
+	clear(t.cmds)
+	t.cmds = t.cmds[:0]
+}
+
+// sendPendingShared sends the kept Releases of a Cluster master through its
+// pooled connections (no barrier: they may still run before a straggler),
+// and keeps those that get no answer.
+func (t *redisTransport) sendPendingShared(now time.Time) {
+	if len(t.pending) == 0 {
+		return
+	}
+	sent := t.pending
+	t.pending = nil
+	reqs := make([]*request, len(sent))
+	for i := range sent {
+		reqs[i] = &request{op: sent[i]}
+		reqs[i].build(true, true) // EVAL: the master may have lost its scripts since
+	}
+	t.ctx = deadlineCtx{at: now.Add(tickBudget)}
+	t.sendShared(&t.ctx, reqs, false)
+	for i, r := range reqs {
+		if err := r.cmd.Err(); err != nil && !isReply(err) {
+			t.keepOp(sent[i])
 		}
-		_ = pipe.BatchProcess(cctx, t.cmds...)
-		_, err := pipe.Exec(cctx)
-		stamp(t.cmds, err)
-		clear(t.cmds)
-		t.cmds = t.cmds[:0]
 	}
 }
 
@@ -453,7 +553,7 @@ func (t *redisTransport) loadScripts(ctx context.Context) {
 			return
 		}
 	}
-	t.loaded.Store(true)
+	t.node.loaded.Store(true)
 }
 
 // reset drops the connection after a batch panicked: its state is
@@ -463,16 +563,28 @@ func (t *redisTransport) reset([]*request) {
 	t.cmds = t.cmds[:0]
 	clear(t.extra)
 	t.extra = t.extra[:0]
-	t.probe = nil
 	t.drop()
 }
 
+// close sends the kept Releases one last time, within tickBudget, and
+// gives back everything the transport holds.
 func (t *redisTransport) close() {
-	if t.conn != nil {
-		t.conn.Close()
-		t.conn, t.pipe, t.info = nil, nil, nil
+	if t.std == nil {
+		t.sendPendingShared(time.Now())
+		return
 	}
-	t.dialed()
+	if len(t.pending) > 0 || len(t.kill) > 0 {
+		now := time.Now()
+		t.ctx = deadlineCtx{at: now.Add(tickBudget)}
+		t.send(&t.ctx, nil, false, now)
+	}
+	if t.conn != nil {
+		t.giveBack()
+	}
+	for _, v := range t.kill {
+		v.conn.Close()
+	}
+	t.kill = nil
 }
 
 // stamp gives err, a pipeline's failure, to its commands that got no reply.
@@ -492,10 +604,7 @@ func stamp(cmds []redis.Cmder, err error) {
 
 // replied reports whether c holds a reply.
 func replied(c redis.Cmder) bool {
-	switch c := c.(type) {
-	case *redis.Cmd:
-		return c.Val() != nil
-	case *redis.ClientInfoCmd:
+	if c, ok := c.(*redis.Cmd); ok {
 		return c.Val() != nil
 	}
 	return true

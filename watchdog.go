@@ -39,7 +39,7 @@ import (
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) error {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
-		return err
+		return c.closedObtain(err)
 	}
 	if fn == nil {
 		return invalid("nil fn")
@@ -52,7 +52,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		return err
 	}
 	if !c.enter() {
-		return ErrClosed
+		return c.closedObtain(ErrClosed)
 	}
 	defer c.dos.Done()
 	lock, err := c.obtain(ctx, key, ttl, oc)
@@ -286,7 +286,9 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		// The renewal may not outlast the validity: if it hangs, the work
 		// is told at the validity's end, not when the renewal gives up.
 		rctx, cancel := context.WithTimeout(w.base, v)
+		l.renewing.Store(&cancel)
 		err := l.extendLocked(rctx, w.ttl, true)
+		l.renewing.Store(nil)
 		l.mu.Unlock()
 		cancel()
 		select { // our own Extend's signal: no news
