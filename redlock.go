@@ -98,16 +98,20 @@ type Client struct {
 //     that long, and requests behind it fail at once.
 //   - Connections: the Client keeps one connection of each standalone
 //     master's pool per lane (one lane per master; up to four for a single
-//     master, a quarter of its PoolSize at most) for as long as it is open,
-//     and turns it every few seconds while in steady use. A Cluster master
-//     uses its pool per request.
+//     master, a quarter of its PoolSize at most) while it uses it: it gives
+//     it back after 1s without requests, and at once when the pool has no
+//     idle connection left. A Cluster master uses its pool per request.
+//   - A read timeout (go-redis's default will do): New refuses a client
+//     with ReadTimeout -1 or -2, which would let a frozen master hold the
+//     Client forever.
 //   - Hooks run for every command the Client sends; a hook must not keep a
 //     command after it returns (commands are reused).
-//   - CLIENT ID and CLIENT KILL allowed to the client's user (the defaults):
-//     a connection given up with requests in flight is killed before the
-//     next request of its lane goes out, so one lock's requests keep their
-//     order. Without them, order across a replaced connection rests on the
-//     masters' clocks (see [Lock.Extend]).
+//   - CLIENT INFO and CLIENT KILL allowed to the client's user (the
+//     defaults): a connection given up with requests in flight is killed
+//     before the next request of its lane goes out, so one lock's requests
+//     keep their order. Without them, a late acquire can keep a released
+//     key until its TTL (a late Extend can neither cut a lock nor revive
+//     one; see [Lock.Extend]).
 //
 // The lock is an efficiency lock: it makes duplicate work rare, not
 // impossible (see the package doc). Use fencing tokens checked by the
