@@ -38,7 +38,7 @@ func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Poo
 	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1)}
 	n.seed = maphash.MakeSeed()
 	for range lanesFor(rdb, single) {
-		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil, node: n}
+		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil || !commandsAlias(), node: n}
 		l := newLane(t, n.deliver)
 		n.lanes = append(n.lanes, l)
 		wg.Add(1)

@@ -158,6 +158,19 @@ func (r *request) forget() {
 	clear(r.cmds[:])
 }
 
+// commandsAlias reports whether a go-redis command keeps the argument
+// slice it was made with, rather than a copy: the reuse of commands
+// (request.command) refills that slice for each request, and needs it. A
+// go-redis that copied would send stale arguments; the nodes then make a
+// fresh command for every request instead.
+func commandsAlias() bool {
+	a := []any{"get", "a"}
+	c := redis.NewCmd(context.Background(), a...)
+	a[1] = "b"
+	args := c.Args()
+	return len(args) == 2 && args[1] == "b"
+}
+
 // result reads the master's answer to r: the counter for a fenced acquire,
 // and nil, ErrTaken, errAbsent or the failure.
 func (r *request) result() (int64, error) {
