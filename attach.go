@@ -37,7 +37,8 @@ func (c *Client) Attach(ctx context.Context, key, token string, ttl time.Duratio
 		ckey = counterKey(full)
 	}
 	start := time.Now()
-	l := &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, obtained: start}
+	l := &Lock{c: c, key: key, token: token, fence: fence, obtained: start}
+	l.ttl.Store(int64(ttl))
 	l.op = newOp(opAcquire, full, ckey, token)
 	o := l.op.with(opExtend, c.boxTTL(ttl), fence)
 	o.retakeBy = int64(0) // never: the master's clock is always past it

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (*KeyState, error) {
 	}
 	full := c.cfg.keyPrefix + key
 	keys := []string{full, counterKey(full)}
+	if !hasTag(full) && strings.IndexByte(full, '}') >= 0 {
+		// No counter shares the key's Cluster slot: fencing refuses such a
+		// key, so there is none to read.
+		keys = keys[:1]
+	}
 	s := &KeyState{Key: key, Quorum: c.quorum, Masters: make([]MasterState, len(c.nodes))}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout(time.Hour))
 	defer cancel()

@@ -173,8 +173,9 @@ func (l *lane) work(wg *sync.WaitGroup) {
 			l.waiting = false
 		}
 		if len(l.queue) == 0 && l.closed {
+			kept := l.takeKept()
 			l.mu.Unlock()
-			l.t.close()
+			l.shut(kept)
 			return
 		}
 		if len(l.queue) == 0 { // a tick
@@ -228,6 +229,16 @@ func (l *lane) tick(kept []op) (again bool) {
 		l.t.keepOp(o)
 	}
 	return l.t.tick(time.Now())
+}
+
+// shut hands the kept Releases to the transport and closes it, surviving a
+// panic as exec does: close sends them one last time.
+func (l *lane) shut(kept []op) {
+	defer func() { _ = recover() }()
+	for _, o := range kept {
+		l.t.keepOp(o)
+	}
+	l.t.close()
 }
 
 // run sends the requests of batch that are still wanted and delivers every

@@ -24,11 +24,18 @@ type Lock struct {
 	holdAtLeast time.Duration // WithHoldAtLeast; 0 without
 	keptUntil   time.Time     // a Release kept the key until then; guarded by mu
 
-	mu        sync.Mutex    // serialises Extend and Release
-	ttl       time.Duration // of the last Obtain or Extend; guarded by mu
-	releasing atomic.Bool   // a Release has started; set before until is cleared
-	released  atomic.Bool   // a Release decided (nil or ErrLockLost); written under mu
-	until     atomic.Int64  // end of validity, in ns since c.epoch; 0 when released or lost
+	mu        sync.Mutex   // serialises Extend and Release
+	ttl       atomic.Int64 // of the last Obtain or Extend, a time.Duration; written under mu
+	releasing atomic.Bool  // a Release has started; set before until is cleared
+	released  atomic.Bool  // a Release decided (nil or ErrLockLost); written under mu
+	until     atomic.Int64 // end of validity, in ns since c.epoch; 0 when released or lost
+
+	// What earlier Releases did, so that a Release tried again tells a key
+	// they deleted from a lapse (see op.deleted): the masters that
+	// confirmed the delete, those that may have run it, and the validity's
+	// end when the first Release began (ns since c.epoch).
+	deleted, reached atomic.Uint64
+	keyEnd           atomic.Int64
 
 	// changed, once a watchdog watches the lock, is signalled whenever
 	// until changes, so that the watchdog follows a shorter validity.
@@ -60,9 +67,15 @@ func (l *Lock) lockFor(ctx context.Context) error {
 	return nil
 }
 
-// setUntil sets the end of validity and tells a watchdog.
+// setUntil sets the end of validity and tells a watchdog. Once a Release
+// has begun the validity stays 0, also when an Extend in flight then
+// succeeds: a Release sets releasing before it clears until, and setUntil
+// stores before it looks at releasing, so one of the two stores 0 last.
 func (l *Lock) setUntil(until int64) {
 	l.until.Store(until)
+	if until != 0 && l.releasing.Load() {
+		l.until.Store(0)
+	}
 	if ch := l.changed.Load(); ch != nil {
 		select {
 		case *ch <- struct{}{}:
@@ -182,7 +195,10 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 	valid := ttl - c.cfg.drift(ttl)
 	if rd.ok >= c.quorum && time.Since(start) < valid {
 		l.setUntil(int64(start.Add(valid).Sub(c.epoch)))
-		l.ttl = ttl
+		l.ttl.Store(int64(ttl))
+		if l.releasing.Load() {
+			return fmt.Errorf("%w: released while Extend ran", ErrLockLost)
+		}
 		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {
@@ -219,11 +235,20 @@ func (l *Lock) KeptUntil() time.Time {
 // our token was gone from more than N - quorum masters (the lock had lapsed
 // or been taken: work done under it may have overlapped); otherwise an error
 // matching [ErrUnavailable] with each master's answer, and the keys left
-// expire with their TTL. Validity is 0 after Release, whatever it returns.
+// expire with their TTL. Validity is 0 after Release, whatever it returns,
+// and a watchdog of the lock stops.
+//
+// Release waits for an Extend of the caller's in flight on the same lock (a
+// watchdog's renewal gives way at once); when ctx ends first, the Release
+// still goes out behind that Extend, and Release returns an error matching
+// ErrUnavailable.
 //
 // Once a Release has returned nil or ErrLockLost, later calls return nil at
 // once: a deferred Release after an explicit one is no alarm. After a
-// Release that merely failed to reach the masters, another call tries again.
+// Release that merely failed to reach the masters, another call tries again,
+// and counts a key found gone (or another owner's) on a master the first
+// may have reached, before the key could have expired on its own, as
+// deleted by the first.
 //
 // For a lock obtained [WithHoldAtLeast] whose minimum hold has not passed
 // yet, Release leaves the key in place for the rest of it instead of
@@ -242,8 +267,12 @@ func (l *Lock) Release(ctx context.Context) error {
 // release is Release after validation; Do calls it while the client
 // closes.
 func (l *Lock) release(ctx context.Context) error {
+	if !l.releasing.Swap(true) {
+		l.keyEnd.Store(l.until.Load())
+	}
+	l.setUntil(0) // the watchdog stops now, whoever holds l.mu
 	if err := l.lockFor(ctx); err != nil {
-		return err
+		return l.releaseBehind(err)
 	}
 	defer l.mu.Unlock()
 	if l.released.Load() {
@@ -259,6 +288,50 @@ func (l *Lock) release(ctx context.Context) error {
 	return err
 }
 
+// releaseOp returns the Release to send, its node timeout, and, for a lock
+// held at least a while not over yet, until when the key stays.
+func (l *Lock) releaseOp() (op, time.Duration, time.Time) {
+	c := l.c
+	ttl := time.Duration(l.ttl.Load())
+	o := l.op.with(opRelease, nil, 0)
+	now := time.Now()
+	var kept time.Time
+	rest := l.obtained.Add(l.holdAtLeast).Sub(now)
+	if rest > 0 {
+		// Held at least until then: the key stays for the rest of the while.
+		ms := (rest + time.Millisecond - 1) / time.Millisecond
+		o.ttl, kept = int64(ms), now.Add(rest)
+	}
+	o.deleted, o.reached = l.deleted.Load(), l.reached.Load()
+	o.keyEnd = c.epoch.Add(time.Duration(l.keyEnd.Load()))
+	// The key expires at the latest ttl after the last Extend ran, before
+	// now; twice that leaves room for the masters' clocks.
+	o.stale = now.Add(2*ttl + max(rest, 0))
+	return o, c.cfg.timeout(ttl), kept
+}
+
+// releaseBehind sends the Release of a caller that gave up waiting for
+// l.mu (cause says why) to every master without waiting for it: it goes
+// out behind the Extend in flight, on each master's lane. A later Release
+// counts what this one may have done.
+func (l *Lock) releaseBehind(cause error) error {
+	c := l.c
+	o, timeout, _ := l.releaseOp()
+	o.deadline = time.Now().Add(timeout)
+	all := uint64(0)
+	for i := range c.nodes {
+		all |= bit(i)
+	}
+	l.reached.Or(all)
+	rd := c.round()
+	defer rd.done()
+	for i := range c.nodes {
+		c.send(i, &o, nil)
+	}
+	rd.expire(cause)
+	return c.quorumError("release", rd, nil)
+}
+
 // releaseLocked is release with l.mu held.
 //
 // The Release goes out to every master even when ctx has ended (it is the
@@ -266,19 +339,7 @@ func (l *Lock) release(ctx context.Context) error {
 // already done, it returns at once, and a later Release does nothing more.
 func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	c := l.c
-	// A Release after one that got no answer: that one may have run, or
-	// been kept and sent since (transport.go), so no key is no loss.
-	again := l.releasing.Swap(true)
-	l.setUntil(0)
-	timeout := c.cfg.timeout(l.ttl)
-	o := l.op.with(opRelease, nil, 0)
-	o.again = again
-	var kept time.Time
-	if rest := time.Until(l.obtained.Add(l.holdAtLeast)); rest > 0 {
-		// Held at least until then: the key stays for the rest of the while.
-		ms := (rest + time.Millisecond - 1) / time.Millisecond
-		o.ttl, kept = int64(ms), time.Now().Add(rest)
-	}
+	o, timeout, kept := l.releaseOp()
 	if ctx.Err() != nil {
 		o.deadline, o.vals = time.Now().Add(timeout), ctx
 		rd := c.round()
@@ -292,6 +353,15 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	}
 	rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
 	defer rd.done()
+	for i, n := range rd.nodes {
+		switch n.Err {
+		case nil:
+			l.deleted.Or(bit(i))
+		case ErrTaken, errAbsent:
+		default: // it may run yet, or be kept and sent again
+			l.reached.Or(bit(i))
+		}
+	}
 	if answers != nil {
 		*answers = slices.Clone(rd.nodes)
 	}

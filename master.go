@@ -15,8 +15,8 @@ import (
 // unix:///path/to/socket. They are set as the library needs them
 // (MaxRetries: -1, ContextTimeoutEnabled: true; see [New]); change what
 // else you need (TLS settings, pool size, timeouts) before
-// redis.NewClient. An error never repeats a password: a URL with a user
-// part that fails to parse is named by its scheme and host alone.
+// redis.NewClient. An error never repeats a password: it names the master
+// by its host and port (or socket path) alone.
 func MasterOptions(spec string) (*redis.Options, error) {
 	o, err := parseMaster(strings.TrimSpace(spec))
 	if err != nil {
@@ -52,24 +52,24 @@ func parseMaster(spec string) (*redis.Options, error) {
 	if spec == "" {
 		return nil, invalid("empty master address")
 	}
-	if scheme, rest, ok := strings.Cut(spec, "://"); ok {
+	if _, rest, ok := strings.Cut(spec, "://"); ok {
 		o, err := redis.ParseURL(spec)
 		if err == nil {
 			return o, nil
 		}
 		if strings.Contains(rest, "@") {
 			// The parser's message may repeat any part of the URL, the
-			// password too: say only which URL, without its user part.
-			return nil, invalid("%q is not a valid URL (percent-encode a user name or password that holds one of : / ? # [ ] @ %%)", redactURL(spec))
+			// password too.
+			return nil, invalid("the URL of master %q is not valid (percent-encode a user name or password that holds one of : / ? # [ ] @ %%)", safeName(spec))
 		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // the rest of the message repeats the URL
 		}
-		return nil, invalid("%q is not a valid %s URL: %v", spec, scheme, err)
+		return nil, invalid("the URL of master %q is not valid (redis://, rediss:// or unix://): %v", safeName(spec), err)
 	}
 	if strings.Contains(spec, "@") {
-		return nil, invalid("%q has a user part but no scheme: write redis://user:password@host:port", redactHost(spec))
+		return nil, invalid("master %q has a user part but no scheme: write redis://user:password@host:port", safeName(spec))
 	}
 	host, port, err := net.SplitHostPort(spec)
 	if err != nil {
@@ -85,16 +85,17 @@ func parseMaster(spec string) (*redis.Options, error) {
 	return &redis.Options{Network: "tcp", Addr: net.JoinHostPort(host, port)}, nil
 }
 
-// redactHost hides what comes before the last '@' of a master written
-// without a scheme.
-func redactHost(s string) string { return "xxx" + s[strings.LastIndex(s, "@"):] }
-
-// redactURL hides a URL's user part in messages.
-func redactURL(s string) string {
-	i := strings.Index(s, "://")
-	at := strings.LastIndex(s, "@")
-	if i < 0 || at < i {
-		return s
+// safeName names a master in an error without repeating a secret: the
+// host and port (or socket path) its spec names, without a scheme, a user
+// part, a password or a query.
+func safeName(spec string) string {
+	rest := spec
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = rest[i+1:]
+	} else if _, r, ok := strings.Cut(rest, "://"); ok {
+		rest = r
 	}
-	return s[:i+3] + "xxx" + s[at:]
+	rest, _, _ = strings.Cut(rest, "?")
+	rest, _, _ = strings.Cut(rest, "#")
+	return rest
 }

@@ -31,6 +31,10 @@ type node struct {
 	killKnown atomic.Int32  // 0 not asked yet, 1 CLIENT KILL allowed, 2 not
 	dialed    atomic.Bool   // a connection was set up: no more dial turns
 	takes     chan struct{} // the dial turn (see dialTurn)
+	// runID is the master process's run_id (INFO server), to tell a
+	// restart from a connection merely closed: nil until asked, "" when
+	// the master does not say.
+	runID atomic.Pointer[string]
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
@@ -38,7 +42,7 @@ func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Poo
 	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1)}
 	n.seed = maphash.MakeSeed()
 	for range lanesFor(rdb, single) {
-		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil || !commandsAlias(), node: n}
+		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil || !commandsAlias(), node: n, idle: connIdle}
 		l := newLane(t, n.deliver)
 		n.lanes = append(n.lanes, l)
 		wg.Add(1)

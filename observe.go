@@ -101,8 +101,9 @@ type LostEvent struct {
 }
 
 // A MasterEvent reports that a master stopped answering (Up false: a
-// request timed out or failed on the network, Err says how) or answers
-// again (Up true). A request cut short by its caller's context does not
+// request timed out or failed on the network, or the master answered that
+// it runs nothing for now, BUSY or LOADING; Err says how) or answers again
+// (Up true). A request cut short by its caller's context does not
 // count.
 type MasterEvent struct {
 	Addr string
@@ -167,7 +168,7 @@ func (c *Client) health(ctx context.Context, rd *round) {
 		switch {
 		case err == errNoReply || errors.Is(err, errSkipped):
 			// decided without it, or not asked: no news
-		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || isReply(err):
+		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || answered(err):
 			if n.down.CompareAndSwap(true, false) {
 				c.observe(ctx, &MasterEvent{Addr: n.addr, Up: true})
 			}

@@ -99,8 +99,9 @@ type Client struct {
 //   - Connections: the Client keeps one connection of each standalone
 //     master's pool per lane (one lane per master; up to four for a single
 //     master, a quarter of its PoolSize at most) while it uses it: it gives
-//     it back after 1s without requests, and at once when the pool has no
-//     idle connection left. A Cluster master uses its pool per request.
+//     it back after 15s without requests (1s without the barrier below), and
+//     at once when the pool has no idle connection left. A Cluster master
+//     uses its pool per request.
 //   - A read timeout (go-redis's default will do): New refuses a client
 //     with ReadTimeout -1 or -2, which would let a frozen master hold the
 //     Client forever.
@@ -375,7 +376,8 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
-	l := &Lock{c: c, key: key, token: newToken(), ttl: ttl, obtained: start}
+	l := &Lock{c: c, key: key, token: newToken(), obtained: start}
+	l.ttl.Store(int64(ttl))
 	full, kind, ckey := c.cfg.keyPrefix+key, opAcquire, ""
 	if c.cfg.fencing {
 		kind, ckey = opAcquireFenced, counterKey(full)
@@ -437,6 +439,9 @@ type boxedTTL struct {
 func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.Duration) {
 	o := acquire.with(opRelease, nil, 0)
 	o.deadline, o.vals = time.Now().Add(timeout), ctx
+	if ms, ok := acquire.ttl.(int64); ok { // a kept undo is pointless once the key expired
+		o.stale = o.deadline.Add(2 * time.Duration(ms) * time.Millisecond)
+	}
 	wait := c.round()
 	defer wait.done()
 	n := 0

@@ -34,11 +34,30 @@ type op struct {
 	// go-redis hook); it lives as long as the request.
 	vals   context.Context
 	inline bool // may run on the caller's goroutine: the caller waits for it and has no context to honour
-	// again marks a request that may have run already (sent a second time
-	// after the master closed its connection, or a Release tried again
-	// after one that got no answer): it goes in a form safe to run twice,
-	// and a Release that finds no key counts as done (see build, result).
+	// again marks an acquire that may have run already (sent a second
+	// time after the master closed its connection): it goes in a form safe
+	// to run twice (see build, result). A Release sent again so is marked
+	// reached instead, when the master is the same process.
 	again bool
+	// For a Release: the masters (bit i for master i) where an earlier
+	// Release of the same lock deleted the key (deleted) or may have
+	// (reached: sent, and no answer came), and a time before which the key
+	// cannot have expired on its own (keyEnd: the lock's validity end when
+	// its first Release began). A Release that finds the key gone, or
+	// another owner's, on such a master finds what the earlier one did,
+	// not a lapse (see result). stale is when a Release kept for a master
+	// that did not answer becomes pointless: the key has expired by then.
+	deleted, reached uint64
+	keyEnd, stale    time.Time
+}
+
+// bit is master i's bit in a mask of masters; 0 past the 64th, which is
+// then never counted as reached by an earlier Release.
+func bit(i int) uint64 {
+	if i >= 64 {
+		return 0
+	}
+	return 1 << i
 }
 
 // newOp boxes a lock's key, counter key and token, for an op of kind that
@@ -191,13 +210,23 @@ func (r *request) result() (int64, error) {
 	switch {
 	case v > 0:
 		return v, nil
+	case r.kind == opRelease && r.deletedBefore():
+		return 0, nil
 	case v == 0:
 		return 0, ErrTaken
-	case r.again && r.kind == opRelease:
-		return 0, nil // the key is gone: the first run of this Release, or its TTL, took it
 	default:
 		return 0, errAbsent
 	}
+}
+
+// deletedBefore reports whether an earlier Release of the lock deleted its
+// key on r's master: it said so, or it may have reached the master and the
+// key is found gone (or another owner's) before it could have expired on
+// its own. A master that lost its data in between (a restart without
+// persistence) is not told apart from that earlier Release.
+func (r *request) deletedBefore() bool {
+	b := bit(r.idx)
+	return r.deleted&b != 0 || (r.reached&b != 0 && time.Now().Before(r.keyEnd))
 }
 
 // dropped says why r should not be sent at all: its caller gave up, or its

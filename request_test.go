@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -54,7 +55,6 @@ func TestResultDecoding(t *testing.T) {
 		{"extend absent", opExtend, false, int64(-1), nil, 0, errAbsent},
 		{"release", opRelease, false, int64(1), nil, 1, nil},
 		{"release absent", opRelease, false, int64(-1), nil, 0, errAbsent},
-		{"release again absent", opRelease, true, int64(-1), nil, 0, nil},
 		{"release held", opRelease, false, int64(0), nil, 0, ErrTaken},
 	} {
 		r := &request{op: op{kind: tc.kind, again: tc.again}}
@@ -65,5 +65,39 @@ func TestResultDecoding(t *testing.T) {
 		if v != tc.wantVal || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 			t.Errorf("%s: got %d, %v; want %d, %v", tc.name, v, err, tc.wantVal, tc.wantErr)
 		}
+	}
+}
+
+// TestReleaseAfterAnEarlierOne: a Release of a lock that an earlier
+// Release deleted, or may have reached, on this master (master 1 here).
+func TestReleaseAfterAnEarlierOne(t *testing.T) {
+	soon, past := time.Now().Add(time.Minute), time.Now().Add(-time.Millisecond)
+	for _, tc := range []struct {
+		name             string
+		deleted, reached uint64
+		keyEnd           time.Time
+		val              int64
+		want             error
+	}{
+		{"no earlier Release: gone", 0, 0, soon, -1, errAbsent},
+		{"no earlier Release: another's", 0, 0, soon, 0, ErrTaken},
+		{"deleted here: gone", 0b10, 0, past, -1, nil},
+		{"deleted here: another's", 0b10, 0, past, 0, nil},
+		{"deleted elsewhere", 0b01, 0, soon, -1, errAbsent},
+		{"reached, before the TTL could end: gone", 0, 0b10, soon, -1, nil},
+		{"reached, before the TTL could end: another's", 0, 0b10, soon, 0, nil},
+		{"reached, after the TTL could end: gone", 0, 0b10, past, -1, errAbsent},
+		{"reached, after the TTL could end: another's", 0, 0b10, past, 0, ErrTaken},
+		{"reached elsewhere", 0, 0b01, soon, -1, errAbsent},
+	} {
+		r := &request{op: op{kind: opRelease, deleted: tc.deleted, reached: tc.reached, keyEnd: tc.keyEnd}, idx: 1}
+		r.cmd = redis.NewCmd(context.Background())
+		r.cmd.SetVal(tc.val)
+		if _, err := r.result(); err != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if bit(64) != 0 || bit(63) != 1<<63 {
+		t.Errorf("bit(63) = %#x, bit(64) = %#x", bit(63), bit(64))
 	}
 }

@@ -198,14 +198,17 @@ return {1, f}
 // counter at one instant.
 //
 //	KEYS[1]  lock key
-//	KEYS[2]  fence counter
+//	KEYS[2]  fence counter, if any
 //	returns  {token or "", PTTL in ms (-2 absent, -1 no expiry), counter or ""}
 var inspectScript = newScript(`local v = redis.call('GET', KEYS[1])
 local t = redis.call('PTTL', KEYS[1])
-local f = redis.call('GET', KEYS[2])
+local f = false
+if #KEYS > 1 then
+	f = redis.call('GET', KEYS[2])
+end
 return {v or '', t, f or ''}
 `,
-	"acf7bb8f3516eaf59cba22e53619746764ed5eb7")
+	"29915d682139757f9be199c26e3756657bdb621c")
 
 // acquireAgainScript is the acquire sent a second time after the master
 // closed the connection of the first: the first may have run, and its key

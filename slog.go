@@ -34,7 +34,8 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 		if e.Renewal {
 			msg = "redlock: renewal"
 		}
-		if e.Outcome != Extended && (e.Renewal || e.Outcome == Lost) {
+		// A renewal cancelled (a Release or stop cut it short) is no failure.
+		if e.Outcome != Extended && e.Outcome != Cancelled && (e.Renewal || e.Outcome == Lost) {
 			level = slog.LevelWarn
 			if e.Renewal {
 				msg = "redlock: renewal failed"

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -116,5 +117,39 @@ func TestTakeWaitsNoLongerThanItsOwnDeadline(t *testing.T) {
 	_, err = c.Obtain(ctx, short, 100*time.Millisecond) // node timeout 10ms
 	if took := time.Since(start); took > 100*time.Millisecond {
 		t.Fatalf("Obtain with a 10ms node timeout on a frozen master returned after %v: %v", took.Round(time.Millisecond), err)
+	}
+}
+
+// TestIdleClientGivesItsConnectionsBack: the Client holds a connection of
+// each master's pool while it uses it, and gives it back after connIdle
+// without requests (shortened here). A lane that kept its connection for
+// ever would hold it from the user's pool while the Client sits idle.
+func TestIdleClientGivesItsConnectionsBack(t *testing.T) {
+	defer func(d time.Duration) { connIdle = d }(connIdle)
+	connIdle = 300 * time.Millisecond
+	ctx := context.Background()
+	servers := redistest.Start(t, 1)
+	rdb := servers[0].Client(func(o *redis.Options) { o.PoolSize = 16 }) // four lanes
+	defer rdb.Close()
+	c, err := New([]redis.UniversalClient{rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 20 {
+		l, err := c.Obtain(ctx, fmt.Sprint("k", i), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := rdb.PoolStats(); s.IdleConns == s.TotalConns {
+		t.Fatalf("right after its calls, the lock client holds none of the %d connections of the user's pool", s.TotalConns)
+	}
+	time.Sleep(connIdle + 200*time.Millisecond)
+	if s := rdb.PoolStats(); s.IdleConns < s.TotalConns {
+		t.Fatalf("idle for longer than %v, the lock client still holds %d of the %d connections of the user's pool", connIdle, s.TotalConns-s.IdleConns, s.TotalConns)
 	}
 }

@@ -3,8 +3,10 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,14 +27,18 @@ import (
 //     deliver them to the master later, and a later request of the same key
 //     on a fresh connection could overtake them (a Release undone by an
 //     Extend's late re-take, an acquire that lands after its undo). So the
-//     fresh connection's first commands, in the same pipeline as its first
-//     batch, kill the old one (CLIENT KILL ID ... ADDR ..., both filters, so
+//     fresh connection's first commands, in the round trip that learns its
+//     ID, kill the old one (CLIENT KILL ID ... ADDR ..., both filters, so
 //     that a restarted master's new client with a reused ID is spared):
-//     once the master has run it, nothing of the old connection runs any
-//     more. Until then the old connection stays out of the client's pool,
-//     so that the application never gets a connection the lane will kill.
-//     (TestReleaseIsNotUndoneByStraggler, TestBarrierKillsNoStranger,
-//     TestBarrierKillsNoStrangerAfterARefusal)
+//     once the master has answered it, nothing of the old connection runs
+//     any more, and only then does a lock request go out. Until then the
+//     old connection stays out of the client's pool, so that the
+//     application never gets a connection the lane will kill; a fresh
+//     connection whose barrier got no answer carried no lock request and
+//     goes back, so a lane holds at most one such connection however long
+//     the master stalls. (TestReleaseIsNotUndoneByStraggler,
+//     TestBarrierKillsNoStranger, TestBarrierKillsNoStrangerAfterARefusal,
+//     TestPausedWritesDoNotDrainThePool)
 //   - Where that barrier is not available (an ACL that denies CLIENT KILL
 //     or CLIENT INFO, a Redis before 6.2, a Cluster master), a straggler can
 //     still land after a later request: an Extend never shortens a key
@@ -41,15 +47,19 @@ import (
 //     or re-take that lands after a Release keeps the key until its TTL.
 //     (TestShorterStragglerCannotShortenAHeldLock)
 //   - A batch whose connection the master closed (a restart, a kill) is sent
-//     once more on a fresh one, after the barrier, as requests that are
-//     safe to run twice: an acquire that finds its own token holds the
-//     lock, a Release that finds no key released it. (TestExtendRetakesVanishedKey,
-//     TestRetryAfterResetDoesNotMisreportObtain)
+//     once more on a fresh one, after the barrier (on a Unix socket none is
+//     needed: nothing of a closed connection runs later), as requests that
+//     are safe to run twice: an acquire that finds its own token holds the
+//     lock. A Release is sent as it was: a key found gone may be a restart's
+//     loss, which the caller must hear of. (TestExtendRetakesVanishedKey,
+//     TestRetryAfterResetDoesNotMisreportObtain, TestReleaseAfterARestartReportsTheLoss)
 //   - A Release that could not reach the master (a timeout, a stalled lane,
-//     no connection) is kept and sent again after the barrier, when the
-//     master answers again, and when the Client closes: a straggling acquire
-//     that lands after a stall must not keep a released lock's key for a
-//     whole TTL. (TestReleasedLockLeavesNoKeyAfterAStall, TestCloseSendsKeptReleases)
+//     no connection, a master that answers that it ran nothing: BUSY,
+//     LOADING) is kept and sent again after the barrier, when the master
+//     answers again, and when the Client closes, until its key would have
+//     expired anyway: a straggling acquire that lands after a stall must not
+//     keep a released lock's key for a whole TTL. (TestReleasedLockLeavesNoKeyAfterAStall,
+//     TestCloseSendsKeptReleases, TestReleasedLockLeavesNoKeyAfterABusyScript)
 //   - Scripts are lost whole (a restart, SCRIPT FLUSH), so every script is
 //     loaded before the first script request, in the batch's own pipeline,
 //     and a NOSCRIPT batch is rerun in order. (TestScriptsLoadedBeforeFirstUse,
@@ -62,22 +72,34 @@ import (
 //     panicked gives its commands up. (request.command,
 //     TestPanickedBatchIsNotResent)
 
-// connTurn is how long a lane keeps its connection in steady use before it
-// puts it back in the client's pool and takes one again. On a RESP3
-// connection go-redis peeks at the socket for push notifications before
-// every command (a recvfrom syscall and three allocations) unless the
-// connection was put back in its pool less than 5 seconds ago; a connection
-// never put back paid that on every batch. Pushes still arrive: go-redis
+// connTurn is how long a lane keeps its connection in steady use (at
+// least turnBatches batches since it took it) before it puts it back in
+// the client's pool and takes one again. On a RESP3 connection go-redis
+// peeks at the socket for push notifications before every command (a
+// recvfrom syscall and three allocations) unless the connection was put
+// back in its pool less than 5 seconds ago; a connection never put back
+// paid that on every batch. Taking one costs a CLIENT INFO round trip, a
+// price worth paying only for a connection in steady use: one that carries
+// a batch now and then keeps the peek. Pushes still arrive: go-redis
 // handles those that come with a batch's replies.
-const connTurn = 2 * time.Second
+const (
+	connTurn    = 4 * time.Second
+	turnBatches = 256
+)
 
 // connIdle is how long a lane keeps its connection without using it before
-// it gives it back to the client's pool: a master restarted meanwhile left
-// it dead, and the pool's health check replaces it. A lane gives its
-// connection back at once when the pool has no idle one left: the
-// application may be waiting for it. Taking one costs a CLIENT INFO round
-// trip, so a lock taken now and then, every connIdle or less, pays none.
-const connIdle = time.Second
+// it gives it back to the client's pool, so that a lock taken now and then
+// (a watchdog's renewal every ttl/3, a job every few seconds) pays no CLIENT
+// INFO round trip: 15s covers the renewals of a lock of 45s. A master
+// restarted meanwhile left the connection dead; the batch that finds it so
+// goes again on a fresh one (see exec). Where that retry is not available
+// (no barrier), the lane keeps an idle connection for bareIdle only, and the
+// pool's health check replaces a dead one. A lane gives its connection back
+// at once when the pool has no idle connection left: the application may be
+// waiting for it. A variable for the tests.
+var connIdle = 15 * time.Second
+
+const bareIdle = time.Second
 
 // tickEvery is how often a lane that holds a connection, or kept Releases,
 // looks at them while it has nothing else to do; tickBudget bounds what a
@@ -98,12 +120,19 @@ type redisTransport struct {
 	node  *node         // the node's shared state: scripts loaded, the dial turn, the barrier's permission
 	ctx   deadlineCtx   // the running batch's deadline
 
-	conn *redis.Conn // the lane's own connection (std only)
-	pipe redis.Pipeliner
-	id   int64     // conn's client ID on the master; 0 when unknown
-	addr string    // conn's address as the master sees it
-	took time.Time // when conn was taken from the pool
-	used time.Time // when conn last carried a batch
+	conn    *redis.Conn // the lane's own connection (std only)
+	pipe    redis.Pipeliner
+	id      int64         // conn's client ID on the master; 0 when unknown
+	addr    string        // conn's address as the master sees it
+	took    time.Time     // when conn was taken from the pool
+	used    time.Time     // when conn last carried a batch
+	batches int           // batches conn carried since it was taken
+	idle    time.Duration // connIdle when the transport was made
+	local   bool          // the master is on a Unix socket: its addresses tell no client apart
+	// verify asks the next connection whether the master is the process
+	// it was (its run_id); same is the answer: false when it restarted or
+	// would not say.
+	verify, same bool
 
 	kill    []victim // connections given up with requests of unknown fate
 	pending []op     // Releases to send again, after the barrier
@@ -160,10 +189,21 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		// these, so they go again as requests safe to run twice, on a
 		// fresh connection, after the barrier.
 		for _, r := range again {
-			r.again = true
+			r.again = r.kind != opRelease
 			r.build(false, t.fresh)
 		}
+		t.verify, t.same = true, false
 		t.send(ctx, again, !t.node.loaded.Load(), time.Now())
+		if t.same {
+			// The same process: a Release that finds the key gone (or
+			// another's) before its TTL could have ended finds what its
+			// first run did. After a restart it finds what the restart did.
+			for _, r := range again {
+				if r.kind == opRelease {
+					r.reached |= bit(r.idx)
+				}
+			}
+		}
 	}
 	retry := 0
 	for i, r := range batch {
@@ -197,9 +237,10 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 
 // closedConn returns the requests of batch that failed because the master
 // closed their connection (only where the barrier can make sure the old
-// connection runs nothing more).
+// connection runs nothing more, or on a Unix socket: no proxy in between
+// that may still hold them).
 func (t *redisTransport) closedConn(batch []*request) []*request {
-	if t.std == nil || len(t.kill) == 0 {
+	if t.std == nil || (len(t.kill) == 0 && !t.local) {
 		return nil
 	}
 	var again []*request
@@ -212,19 +253,19 @@ func (t *redisTransport) closedConn(batch []*request) []*request {
 	return again
 }
 
-// keep holds on to the Releases of batch that got no answer, to send them
+// keep holds on to the Releases of batch that did not run, to send them
 // again after the barrier.
 func (t *redisTransport) keep(batch []*request) {
 	for _, r := range batch {
-		if r.kind == opRelease && r.err != nil && !isReply(r.err) && r.err != ErrTaken && r.err != errAbsent {
+		if r.kind == opRelease && r.err != nil && r.err != ErrTaken && r.err != errAbsent && !answered(r.err) {
 			t.keepOp(r.op)
 		}
 	}
 }
 
-// keepOp keeps a Release to send again.
+// keepOp keeps a Release to send again, until its key would have expired.
 func (t *redisTransport) keepOp(o op) {
-	if len(t.pending) >= maxPending {
+	if len(t.pending) >= maxPending || (!o.stale.IsZero() && time.Now().After(o.stale)) {
 		return // the key expires with its TTL
 	}
 	o.done, o.inline, o.vals = nil, false, nil
@@ -239,7 +280,7 @@ func (t *redisTransport) tick(now time.Time) bool {
 		t.sendPendingShared(now)
 		return len(t.pending) > 0
 	}
-	if t.conn != nil && (now.Sub(t.used) >= connIdle || t.poolDry()) {
+	if t.conn != nil && (now.Sub(t.used) >= t.idleFor() || t.poolDry()) {
 		t.giveBack()
 	}
 	if len(t.pending) > 0 || len(t.kill) > 0 {
@@ -262,6 +303,14 @@ func (t *redisTransport) barrier() bool {
 	return t.std != nil && t.node.killAllowed() && t.id != 0
 }
 
+// idleFor is how long the lane keeps its connection unused.
+func (t *redisTransport) idleFor() time.Duration {
+	if t.local || t.barrier() {
+		return t.idle
+	}
+	return bareIdle
+}
+
 // send sends batch as one pipeline and reads the replies into the requests'
 // commands. With load set, it first loads every script, in the same
 // pipeline where it can.
@@ -272,7 +321,7 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		}
 		return
 	}
-	if t.conn != nil && (now.Sub(t.took) > connTurn || now.Sub(t.used) >= connIdle) {
+	if t.conn != nil && ((now.Sub(t.took) > connTurn && t.batches >= turnBatches) || now.Sub(t.used) >= t.idleFor()) {
 		t.giveBack()
 	}
 	if t.conn == nil {
@@ -284,11 +333,9 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		}
 	}
 	t.used = now
+	t.batches++
 	t.extra = t.extra[:0]
-	for _, v := range t.kill {
-		t.addExtra(redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr))
-	}
-	nkill := len(t.extra)
+	t.pending = slices.DeleteFunc(t.pending, func(o op) bool { return !o.stale.IsZero() && now.After(o.stale) })
 	for i := range t.pending {
 		r := request{op: t.pending[i]}
 		r.build(true, true) // EVAL: the master may have lost its scripts since
@@ -314,7 +361,7 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		clear(t.cmds)
 		t.cmds = t.cmds[:0]
 	}
-	broken := t.settle(load, loads[:], nkill)
+	broken := t.settle(load, loads[:])
 	for _, r := range batch {
 		if err := r.cmd.Err(); err != nil && !isReply(err) {
 			broken = true
@@ -335,9 +382,19 @@ func (t *redisTransport) addExtra(c *redis.Cmd) {
 
 // take takes a connection from the client's pool and learns its client ID
 // and address (and, once per master, whether CLIENT KILL is allowed), in
-// one round trip. A connection the pool has just dialed was never put back
+// one round trip, which also kills the connections given up before it
+// (the barrier). A connection the pool has just dialed was never put back
 // in it, so go-redis would peek for pushes on its every command: it is put
 // back once, and taken again.
+//
+// No lock request goes out before the barrier has run: a fresh connection
+// whose barrier got no answer carried nothing but CLIENT commands, so it
+// goes back to the pool rather than joining the victims. Each lane thus
+// holds at most one connection out of the pool, however long the master
+// stalls; the application's pool never runs dry on the lanes' victims.
+//
+// ctx's deadline bounds the wait for a connection: go-redis's pool waits
+// until its PoolTimeout or ctx's Done, not ctx's deadline.
 func (t *redisTransport) take(ctx context.Context) error {
 	held, err := t.node.dialTurn(ctx)
 	if err != nil {
@@ -346,42 +403,103 @@ func (t *redisTransport) take(ctx context.Context) error {
 	if held {
 		defer t.node.dialDone()
 	}
+	at, _ := ctx.Deadline()
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), at)
+	defer cancel()
 	misses := t.std.PoolStats().Misses
 	c := t.std.Conn()
-	id, addr, err := t.identify(ctx, c)
+	taken := false
+	defer func() {
+		if !taken { // failed, or a hook panicked: the pool gets it back
+			c.Close()
+		}
+	}()
+	ask := t.verify || t.node.runID.Load() == nil
+	id, addr, run, err := t.identify(ctx, c, ask)
 	if err == nil && t.std.PoolStats().Misses != misses {
 		c.Close() // dialed: back to the pool once, stamped, and out again
 		c = t.std.Conn()
-		id, addr, err = t.identify(ctx, c)
+		id, addr, run, err = t.identify(ctx, c, ask)
 	}
 	if err != nil {
-		c.Close()
 		return err
 	}
+	if ask {
+		was := t.node.runID.Swap(&run)
+		if t.verify {
+			t.verify, t.same = false, was != nil && *was != "" && *was == run
+		}
+	}
+	if strings.HasSuffix(addr, ":0") {
+		// A Unix socket: every client's address is the socket's, and a
+		// restarted master gives IDs anew, so CLIENT KILL could hit a
+		// stranger. No barrier; nothing of a closed connection runs later.
+		t.local, id = true, 0
+	}
+	taken = true
 	t.node.dialed.Store(true)
-	t.conn, t.pipe, t.took, t.id, t.addr = c, c.Pipeline(), time.Now(), id, addr
+	t.conn, t.pipe, t.took, t.id, t.addr, t.batches = c, c.Pipeline(), time.Now(), id, addr, 0
 	return nil
 }
 
-// identify asks c's client ID and address, and whether CLIENT KILL is
-// allowed if nobody asked yet. An error is a failure to get an answer; an
-// ACL or a Redis that denies the question leaves the ID 0.
-func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, string, error) {
+// errBarrier fails a batch whose fresh connection could not kill the
+// connections given up before it: the master did not answer.
+var errBarrier = fmt.Errorf("%w: the master did not run the barrier before it", errNoReply)
+
+// identify asks c's client ID and address, whether CLIENT KILL is allowed
+// if nobody asked yet, and with run set the master's run_id; first of all
+// it kills the connections given up before (t.kill), and closes them once
+// the master has. An error is a failure to get an answer, or a barrier
+// the master did not run; an ACL or a Redis that denies a question leaves
+// the ID 0, or the run_id "".
+func (t *redisTransport) identify(ctx context.Context, c *redis.Conn, run bool) (int64, string, string, error) {
+	kills := make([]*redis.Cmd, len(t.kill))
+	for i, v := range t.kill {
+		kills[i] = redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr)
+	}
 	info := redis.NewCmd(ctx, "client", "info") // not ClientInfoCmd: a name with '=' fails its parser
-	var probe *redis.Cmd
+	var probe, server *redis.Cmd
 	if t.node.killKnown.Load() == 0 {
 		probe = redis.NewCmd(ctx, "client", "kill", "id", int64(math.MaxInt64), "addr", "0.0.0.0:0")
 	}
+	if run {
+		server = redis.NewCmd(ctx, "info", "server")
+	}
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range kills {
+			_ = p.Process(ctx, k)
+		}
 		_ = p.Process(ctx, info)
 		if probe != nil {
 			_ = p.Process(ctx, probe)
 		}
+		if server != nil {
+			_ = p.Process(ctx, server)
+		}
 		return nil
 	})
+	if len(kills) > 0 {
+		for _, k := range kills {
+			// go-redis gives a pipeline's network error to all of its
+			// commands, those answered too: a reply read is in Val.
+			if !replied(k) && !refusedCommand(k.Err()) {
+				return 0, "", "", errBarrier
+			}
+		}
+		for _, v := range t.kill {
+			v.conn.Close() // dead now: the pool's health check discards it
+		}
+		clear(t.kill)
+		t.kill = t.kill[:0]
+	}
 	stamp([]redis.Cmder{info}, err)
 	if err := info.Err(); err != nil && !isReply(err) {
-		return 0, "", err
+		return 0, "", "", err
+	}
+	runID := ""
+	if server != nil && server.Err() == nil {
+		s, _ := server.Val().(string)
+		runID = infoField(s, "run_id")
 	}
 	if probe != nil {
 		switch err := probe.Err(); {
@@ -392,11 +510,21 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, st
 		}
 	}
 	if info.Err() != nil {
-		return 0, "", nil // denied, or an older Redis: no barrier on this connection
+		return 0, "", runID, nil // denied, or an older Redis: no barrier on this connection
 	}
 	s, _ := info.Val().(string)
 	id, addr := clientIdentity(s)
-	return id, addr, nil
+	return id, addr, runID, nil
+}
+
+// infoField returns the value of field in an INFO reply; "" without it.
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // refusedCommand reports whether err says the command itself is not
@@ -427,36 +555,18 @@ func clientIdentity(info string) (id int64, addr string) {
 }
 
 // settle reads the replies of the commands that went with the batch: the
-// barrier, the kept Releases, the script loads. It reports whether one of
-// them failed without an answer (the connection is then broken).
-func (t *redisTransport) settle(load bool, loads []*redis.Cmd, nkill int) (broken bool) {
-	if nkill > 0 {
-		resolved := true
-		for _, c := range t.extra[:nkill] {
-			switch err := c.Err(); {
-			case err == nil, refusedCommand(err):
-				// killed, or gone already; or not allowed after all
-			default:
-				resolved, broken = false, true // not run: the next connection tries again
-			}
-		}
-		if resolved {
-			for _, v := range t.kill {
-				v.conn.Close() // dead now: the pool's health check discards it
-			}
-			clear(t.kill)
-			t.kill = t.kill[:0]
-		}
-	}
-	if len(t.extra) > nkill {
+// kept Releases, the script loads. It reports whether one of them failed
+// without an answer (the connection is then broken).
+func (t *redisTransport) settle(load bool, loads []*redis.Cmd) (broken bool) {
+	if len(t.extra) > 0 {
 		// The kept Releases went out after the barrier; keep those that
 		// did not get an answer.
 		sent := t.pending
 		t.pending = nil
-		for i, c := range t.extra[nkill:] {
-			if err := c.Err(); err != nil && !isReply(err) {
+		for i, c := range t.extra {
+			if err := c.Err(); !answered(err) {
 				t.keepOp(sent[i])
-				broken = true
+				broken = broken || !isReply(err)
 			}
 		}
 	}
@@ -536,7 +646,7 @@ func (t *redisTransport) sendPendingShared(now time.Time) {
 	t.ctx = deadlineCtx{at: now.Add(tickBudget)}
 	t.sendShared(&t.ctx, reqs, false)
 	for i, r := range reqs {
-		if err := r.cmd.Err(); err != nil && !isReply(err) {
+		if !answered(r.cmd.Err()) {
 			t.keepOp(sent[i])
 		}
 	}
@@ -615,4 +725,21 @@ func replied(c redis.Cmder) bool {
 func isReply(err error) bool {
 	_, ok := err.(redis.Error)
 	return ok
+}
+
+// answered reports whether the master ran the command: it replied, and not
+// with an error saying it runs nothing now (busy with a script, loading
+// its data, cut off from its own master, a Cluster slot moving).
+func answered(err error) bool {
+	return err == nil || (isReply(err) && !ranNothing(err))
+}
+
+// ranNothing reports whether err is an error reply of a master that runs
+// no command for now: it is as good as down.
+func ranNothing(err error) bool {
+	if !isReply(err) {
+		return false
+	}
+	s := err.Error()
+	return strings.HasPrefix(s, "BUSY ") || strings.HasPrefix(s, "LOADING") || strings.HasPrefix(s, "MASTERDOWN") || strings.HasPrefix(s, "TRYAGAIN")
 }

@@ -83,9 +83,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error, opts 
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	ttl := l.ttl
-	l.mu.Unlock()
+	ttl := time.Duration(l.ttl.Load())
 	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
 		return err
 	}
@@ -149,9 +147,7 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Con
 	if err != nil {
 		return nil, nil, err
 	}
-	l.mu.Lock()
-	ttl := l.ttl
-	l.mu.Unlock()
+	ttl := time.Duration(l.ttl.Load())
 	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
 		return nil, nil, err
 	}
@@ -296,11 +292,14 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		default:
 		}
 		switch {
+		case l.releasing.Load(): // a Release cut the renewal short, or followed it
+			w.lost(errReleased)
+			return
 		case err == nil:
 			last, w.renewed = nil, time.Now()
 			t.Reset(w.wait(w.next(w.every)))
 		case errors.Is(err, ErrLockLost):
-			w.lose(Refused, err)
+			w.lose(lostReason(err), err)
 			return
 		default:
 			// Masters did not answer: retry sooner, and wake at the
@@ -324,6 +323,17 @@ func (w *watchdog) lose(why LostReason, cause error) {
 		c.observe(w.base, &LostEvent{Key: w.l.key, Reason: why, Cause: cause, Held: now.Sub(w.l.obtained), SinceRenewal: now.Sub(w.renewed)})
 	}
 	w.lost(cause)
+}
+
+// lostReason tells a renewal refused by the masters (another owner, or the
+// key gone from too many) from one that ran out of validity waiting for
+// masters that did not answer.
+func lostReason(err error) LostReason {
+	var qe *QuorumError
+	if errors.As(err, &qe) && qe.why == "" {
+		return Refused
+	}
+	return RanOut
 }
 
 // errReleased is the cause of a watchdog's context when the caller released
