@@ -1,0 +1,62 @@
+package chaos
+
+import "testing"
+
+// mutations runs every MUST row's check against a broken lock that lacks
+// the property the row backs, and asserts that the check fails: a check
+// that passes a broken lock backs nothing. Each entry names the rows it
+// runs (only), the mutant's knobs (mutant_test.go) and a piece of the
+// MUST message that has to fail.
+var mutations = []struct {
+	name   string
+	run    func(*testing.T, *subject)
+	only   string
+	mutant string
+	expect string
+}{
+	{"S1-hot-key-no-NX", hotKey64, "redlock-5,single", "nonx", "cs_overlaps="},
+	{"S1-hot-key-equal-fences", hotKey64, "single", "constfence", "fence_regressions="},
+	{"S1-hot-key-bare-error", hotKey64, "redlock-5", "bareerr", "without a *QuorumError"},
+	{"S1-do-no-NX", func(t *testing.T, s *subject) { hotKeyDo(t, s) }, "", "nonx", "cs_overlaps="},
+	{"S2-minority-down-needs-all", minorityDown, "", "quorumall", "availability"},
+	{"S3-majority-down-one-is-enough", majorityDown, "", "quorumone", "with 3/5 down, want 0"},
+	{"S4-stalled-minority-waits-for-all", stalledMinorities, "", "waitall", "returns at quorum"},
+	{"S4-stalled-minority-no-expiry", stalledMinorities, "suite-clients", "noexpiry", "a TTL after SIGCONT"},
+	{"S5-stalled-majority-one-is-enough", stalledMajority, "", "quorumone", "while 3/5 stalled, want 0"},
+	{"S5-stalled-majority-undo-past-context", stalledMajority, "sigstop-default-clients", "slowundo", "after its context's deadline"},
+	{"S6-reply-lost-waits-for-all", replyLost, "", "waitall", "returns at quorum"},
+	{"S6-reply-lost-no-expiry", replyLost, "downstream", "noexpiry", "a TTL after the last release"},
+	{"S7-slow-minority-waits-for-all", slowNetwork, "2of5-10ms,2of5-25ms,2of5-100ms", "waitall", "returns at quorum"},
+	{"S7-slow-majority-full-validity", slowNetwork, "3of5-10ms,3of5-25ms", "fullvalidity", "want <= ttl-L-drift"},
+	{"S7-slow-majority-no-node-timeout", slowNetwork, "3of5-100ms", "ignoretimeout", "want <= node timeout + 25ms"},
+	{"S7-hot-key-no-NX", slowNetwork, "hot-key", "nonx", "cs_overlaps="},
+	{"S8-mitigations-no-NX", restartNoPersistence, "delayed-restart,aof-always", "nonx", "inside A's validity"},
+	{"S8-extend-no-retake", extendAfterRestart, "retakes-vanished", "noretake", "both vanished keys re-taken"},
+	{"S8-extend-revives", extendAfterRestart, "never-revived", "revive", "want ErrLockLost"},
+	{"S9-aof-equal-fences", restartFencing, "aof-always", "constfence", "fences A="},
+	{"S10-control-no-NX", clockOneMaster, "jump", "nonx", "control (no jump)"},
+	{"S10-drift-no-allowance", clockOneMaster, "rate-1.009", "nodrift", "promised_overlaps="},
+	{"S11-naive-no-NX", clientPause, "naive", "nonx", "promised_overlaps="},
+	{"S11-fenced-equal-fences", clientPause, "fenced", "constfence", "stale_rejected=0"},
+	{"S11-do-partitioned-late-cancel", clientPause, "do-partitioned", "latecancel", "fn's ctx ended"},
+	{"S11-sigstop-worker-late-cancel", clientPause, "sigstop-subprocess", "latecancel", "worker never learned"},
+	{"S12-watchdog-late-cancel", watchdogs, "suite-clients,default-clients", "latecancel", "fn's ctx ended"},
+	{"S12-slow-network-no-renewal", watchdogs, "slow-network", "norenew", "the lock was lost"},
+	{"S12-close-does-not-wait", watchdogs, "close-during-do", "closenowait", "want ErrClosed"},
+	{"S13-sigstop-no-node-timeout", singleInstance, "sigstop-default-clients", "ignoretimeout", "probe max"},
+	{"S13-sigstop-retries-to-the-deadline", singleInstance, "sigstop", "retryforever", "probe max"},
+	{"S13-latency-full-validity", singleInstance, "latency", "fullvalidity", "want <= ttl-L-drift"},
+	{"S14-never-released", holderCrash, "", "neverrelease", "lock keys"},
+	{"any-row-goroutine-left", extendAfterRestart, "never-revived", "leak", "lock goroutines left"},
+}
+
+// TestMutations runs the table, two at a time: each entry only needs its
+// check to fail, which no load on the machine prevents.
+func TestMutations(t *testing.T) {
+	for _, m := range mutations {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			m.run(t, &subject{mutant: m.mutant, expect: m.expect, only: m.only})
+		})
+	}
+}
