@@ -61,6 +61,7 @@ type knobs struct {
 	constFence    bool // every holder gets fence 1
 	noRetake      bool // Extend does not re-take a vanished key
 	revive        bool // Extend neither checks the validity nor stops at its end: a lapsed lock comes back
+	noCap         bool // Extend checks the validity when it starts but counts replies past its end
 	keepValidity  bool // a failed Extend leaves the old validity, whatever TTL it set on the masters it reached
 	lateCancel    bool // the watchdog cancels only when a renewal is refused, never at the validity's end
 	noRenew       bool // the watchdog never renews
@@ -69,7 +70,7 @@ type knobs struct {
 	leak          bool // Close leaves a goroutine running
 	slowUndo      bool // a failed attempt's undo waits for every master with a fresh deadline, past the caller's context
 	retryForever  bool // Obtain retries every 10ms until its context ends, whatever the options say
-	straggle      bool // an Extend's request to the last master goes out late, in the background
+	straggle      bool // an Extend's request to the last master goes out late, in the background, and re-takes past a release
 }
 
 func parseKnobs(spec string) (knobs, error) {
@@ -78,7 +79,7 @@ func parseKnobs(spec string) (knobs, error) {
 		"waitall": &k.waitAll, "nonx": &k.noNX, "quorumall": &k.quorumAll, "quorumone": &k.quorumOne,
 		"neverrelease": &k.neverRelease, "noexpiry": &k.noExpiry, "fullvalidity": &k.fullValidity,
 		"nodrift": &k.noDrift, "ignoretimeout": &k.ignoreTimeout, "bareerr": &k.bareErr,
-		"constfence": &k.constFence, "noretake": &k.noRetake, "revive": &k.revive,
+		"constfence": &k.constFence, "noretake": &k.noRetake, "revive": &k.revive, "nocap": &k.noCap,
 		"keepvalidity": &k.keepValidity, "latecancel": &k.lateCancel, "norenew": &k.noRenew,
 		"closenowait": &k.closeNoWait, "closeblocks": &k.closeBlocks, "leak": &k.leak,
 		"slowundo": &k.slowUndo, "straggle": &k.straggle, "retryforever": &k.retryForever,
@@ -98,15 +99,19 @@ func parseKnobs(spec string) (knobs, error) {
 
 // The mutant's scripts. Each names the command that tells the adversary's
 // witness what kind it is (DEL: release, PEXPIRE: extend, INCR: fenced
-// acquire).
+// acquire). A release leaves a tombstone for its token (KEYS[2], 10s), and
+// an extend re-takes an absent key only without one: a straggling extend
+// that reaches a master after the release cannot bring the key back.
 var (
-	mutantRelease = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+	mutantRelease = redis.NewScript(`redis.call('SET', KEYS[2], '1', 'PX', 10000)
+local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
 if v == false then return -1 end
 return 0`)
 	mutantExtend = redis.NewScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
-if v == false and ARGV[3] == '1' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end
+if v == false and ARGV[3] == '1' and (ARGV[4] == '0' or redis.call('EXISTS', KEYS[2]) == 0) then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end
 if v == false then return -1 end
 return 0`)
 	mutantAcquireFenced = redis.NewScript(`local ok
@@ -128,7 +133,7 @@ type mutantLocker struct {
 	epoch   time.Time
 	closing chan struct{}
 	closed  atomic.Bool
-	mu      sync.Mutex     // orders Do's entry against Close
+	mu      sync.Mutex     // orders Do's entry and every round's requests against Close
 	dos     sync.WaitGroup // Do calls and watchdogs
 	bg      sync.WaitGroup // requests in flight
 }
@@ -184,18 +189,30 @@ func (m *mutantLocker) round(ctx context.Context, deadline time.Time, req func(c
 		v   int64
 		err error
 	}
-	ch := make(chan ans, n)
-	rctx, answered := countdown(ctx, deadline, n)
-	for i := range n {
-		m.bg.Go(func() {
-			v, err := req(rctx, i)
-			ch <- ans{i, v, err}
-			answered()
-		})
-	}
 	t := &tally{nodes: make([]redlock.NodeError, n), vals: make([]int64, n)}
 	for i := range n {
 		t.nodes[i] = redlock.NodeError{Addr: fmt.Sprintf("master[%d]", i), Err: errors.New("no reply")}
+	}
+	m.mu.Lock() // no request starts once Close waits for them
+	if m.closed.Load() {
+		m.mu.Unlock()
+		for i := range n {
+			t.nodes[i].Err = redlock.ErrClosed
+		}
+		t.failed = n
+		return t
+	}
+	m.bg.Add(n)
+	m.mu.Unlock()
+	ch := make(chan ans, n)
+	rctx, answered := countdown(ctx, deadline, n)
+	for i := range n {
+		go func() {
+			defer m.bg.Done()
+			v, err := req(rctx, i)
+			ch <- ans{i, v, err}
+			answered()
+		}()
 	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
@@ -318,7 +335,7 @@ func (m *mutantLocker) attempt(ctx context.Context, key string, ttl time.Duratio
 	}
 	t := m.round(ctx, m.deadline(ctx, start, ttl), func(ctx context.Context, i int) (int64, error) {
 		if m.cfg.Fencing {
-			v, err := mutantAcquireFenced.Run(ctx, m.ms[i], []string{h.full, h.full + ":fence"}, h.token, ttl.Milliseconds(), mode).Int64()
+			v, err := mutantAcquireFenced.Run(ctx, m.ms[i], []string{h.full, "{"+h.full+"}:fence"}, h.token, ttl.Milliseconds(), mode).Int64()
 			if err == nil && v == 0 {
 				return 0, errRefused
 			}
@@ -351,7 +368,7 @@ func (m *mutantLocker) attempt(ctx context.Context, key string, ttl time.Duratio
 				if t.nodes[i].Err != nil {
 					return 0, errRefused
 				}
-				return 0, mutantRaise.Run(ctx, m.ms[i], []string{h.full, h.full + ":fence"}, h.token, h.fence).Err()
+				return 0, mutantRaise.Run(ctx, m.ms[i], []string{h.full, "{"+h.full+"}:fence"}, h.token, h.fence).Err()
 			}, false)
 		}
 		valid := ttl - m.drift(ttl)
@@ -374,7 +391,7 @@ func (m *mutantLocker) attempt(ctx context.Context, key string, ttl time.Duratio
 		if errors.Is(t.nodes[i].Err, errRefused) {
 			return 0, nil
 		}
-		return 0, mutantRelease.Run(ctx, m.ms[i], []string{h.full}, h.token).Err()
+		return 0, mutantRelease.Run(ctx, m.ms[i], h.releaseKeys(), h.token).Err()
 	}, m.k.slowUndo)
 	return nil, m.quorumError("obtain", t, redlock.ErrNotObtained)
 }
@@ -428,7 +445,7 @@ func (m *mutantLocker) Close() error {
 
 // leaked is the goroutine the leak knob leaves behind (it ends on its own,
 // so later tests do not see it).
-func (m *mutantLocker) leaked() { time.Sleep(time.Second) }
+func (m *mutantLocker) leaked() { time.Sleep(3 * time.Second) }
 
 type mutantHeld struct {
 	m     *mutantLocker
@@ -439,6 +456,12 @@ type mutantHeld struct {
 	mu    sync.Mutex
 	ttl   time.Duration
 	until atomic.Int64 // ns since m.epoch; 0: released or lost
+}
+
+// releaseKeys are the lock key and its token's tombstone, in the lock
+// key's hash slot.
+func (h *mutantHeld) releaseKeys() []string {
+	return []string{h.full, "{" + h.full + "}:released:" + h.token}
 }
 
 func (h *mutantHeld) Key() string   { return h.key }
@@ -466,12 +489,15 @@ func (h *mutantHeld) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	start := time.Now()
 	deadline := m.deadline(ctx, start, ttl)
-	if end := start.Add(v); !m.k.revive && end.Before(deadline) {
+	if end := start.Add(v); !m.k.revive && !m.k.noCap && end.Before(deadline) {
 		deadline = end // an Extend may not take effect after the validity ended
 	}
-	retake := "1"
+	retake, tombstone := "1", "1"
 	if m.k.noRetake {
 		retake = "0"
+	}
+	if m.k.straggle {
+		tombstone = "0"
 	}
 	last := len(m.ms) - 1
 	t := m.round(ctx, deadline, func(ctx context.Context, i int) (int64, error) {
@@ -480,11 +506,11 @@ func (h *mutantHeld) Extend(ctx context.Context, ttl time.Duration) error {
 				time.Sleep(3 * m.timeout(ttl))
 				ctx, cancel := context.WithTimeout(context.Background(), m.timeout(ttl))
 				defer cancel()
-				mutantExtend.Run(ctx, m.ms[i], []string{h.full}, h.token, ttl.Milliseconds(), retake)
+				mutantExtend.Run(ctx, m.ms[i], h.releaseKeys(), h.token, ttl.Milliseconds(), retake, tombstone)
 			})
 			return 0, errors.New("sent later")
 		}
-		v, err := mutantExtend.Run(ctx, m.ms[i], []string{h.full}, h.token, ttl.Milliseconds(), retake).Int64()
+		v, err := mutantExtend.Run(ctx, m.ms[i], h.releaseKeys(), h.token, ttl.Milliseconds(), retake, tombstone).Int64()
 		if err == nil && v <= 0 {
 			return 0, errRefused
 		}
@@ -518,7 +544,7 @@ func (h *mutantHeld) Release(ctx context.Context) error {
 		return nil
 	}
 	t := m.round(ctx, m.deadline(ctx, time.Now(), h.ttl), func(ctx context.Context, i int) (int64, error) {
-		v, err := mutantRelease.Run(ctx, m.ms[i], []string{h.full}, h.token).Int64()
+		v, err := mutantRelease.Run(ctx, m.ms[i], h.releaseKeys(), h.token).Int64()
 		if err == nil && v <= 0 {
 			return 0, errRefused
 		}

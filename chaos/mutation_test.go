@@ -1,6 +1,9 @@
 package chaos
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // mutations runs every MUST row's check against a broken lock that lacks
 // the property the row backs, and asserts that the check fails: a check
@@ -48,6 +51,56 @@ var mutations = []struct {
 	{"S13-latency-full-validity", singleInstance, "latency", "fullvalidity", "want <= ttl-L-drift"},
 	{"S14-never-released", holderCrash, "", "neverrelease", "lock keys"},
 	{"any-row-goroutine-left", extendAfterRestart, "never-revived", "leak", "lock goroutines left"},
+	// The adversary's checks, each on a short run of a fixed seed.
+	{"S15-no-NX", adversaryMutant(1, nil), "", "nonx", "overlaps="},
+	{"S15-failed-extend-keeps-validity", adversaryMutant(2, func(c *advConfig) {
+		c.redlockClients, c.singleClients = -1, 2
+		c.weights = map[string]int{"delay": 45, "stall": 45, "quiet": 10}
+		c.programs = map[string]int{"byhand": 1}
+		c.steps = map[string]int{"work": 1, "extend": 2}
+	}), "", "keepvalidity", "stale_validity_after_failed_extend="},
+	{"S15-extend-revives", adversaryMutant(3, func(c *advConfig) {
+		c.programs = map[string]int{"byhand": 1}
+		c.steps = map[string]int{"pause": 1, "extend": 1}
+		c.actors = 1 // few contenders: a lapsed key stays free for the revival
+	}), "", "revive", "extend_after_lapse="},
+	{"S15-extend-past-validity", adversaryMutant(4, func(c *advConfig) {
+		c.redlockClients, c.singleClients = -1, 2
+		c.weights = map[string]int{"delay": 80, "quiet": 20}
+		c.programs = map[string]int{"byhand": 1}
+		c.steps = map[string]int{"last-moment": 1}
+		c.latency = [2]time.Duration{5 * time.Millisecond, 150 * time.Millisecond}
+		c.dur = 8 * time.Second
+	}), "", "nocap", "extend_success_after_validity="},
+	{"S15-equal-fences", adversaryMutant(5, nil), "", "constfence", "fence_regressions="},
+	{"S15-straggling-extend", adversaryMutant(6, nil), "", "straggle", "retake_after_release="},
+	{"S15-never-released", adversaryMutant(7, nil), "", "neverrelease", "release_without_quorum="},
+	{"S15-close-waits-for-retrying-do", adversaryMutant(8, func(c *advConfig) {
+		c.weights = map[string]int{"restart": 50, "delay": 20, "freeze": 10, "quiet": 20}
+	}), "", "closeblocks", "close_over_bound="},
+	{"S15-undo-past-context", adversaryMutant(9, nil), "", "slowundo", "past_ctx="},
+	{"S15-late-watchdog", adversaryMutant(10, func(c *advConfig) {
+		c.redlockClients, c.singleClients = -1, 2
+		c.weights = map[string]int{"freeze": 40, "stall": 40, "quiet": 20}
+		c.programs = map[string]int{"keepalive": 1}
+		c.steps = map[string]int{"watch": 1}
+	}), "", "latecancel", "watchdog_late="},
+	{"S15-goroutine-left", adversaryMutant(11, nil), "", "leak", "goroutines left"},
+}
+
+// adversaryMutant runs the adversary with seed for a few seconds, with
+// more single-instance clients (one master: a delay or a stall fails their
+// calls), more of the windows that make calls fail, and adjust's changes
+// to the mix, so that the check meets what it checks.
+func adversaryMutant(seed uint64, adjust func(*advConfig)) func(*testing.T, *subject) {
+	return func(t *testing.T, s *subject) {
+		cfg := advConfig{seed: seed, dur: 6 * time.Second, redlockClients: 1, singleClients: 4,
+			weights: map[string]int{"delay": 35, "stall": 20, "freeze": 15, "restart": 15, "pause": 5, "drop": 5, "quiet": 5}}
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		adversary(t, s, cfg, "mutant")
+	}
 }
 
 // TestMutations runs the table, two at a time: each entry only needs its
