@@ -74,6 +74,9 @@ type advConfig struct {
 	weights, programs, steps map[string]int
 	// latency bounds a delay window's latency (zero: 1ms to 800ms).
 	latency [2]time.Duration
+	// keys is how many keys each kind of client shares (0: 4 for Redlock, 3
+	// for single-instance clients).
+	keys int
 }
 
 // defaultWeights are how often the scheduler picks each kind of window.
@@ -87,7 +90,8 @@ var faultKinds = []string{"delay", "stall", "reset", "drop", "freeze", "pause", 
 var defaultPrograms = map[string]int{"byhand": 5, "keepalive": 2, "do": 3}
 
 // defaultSteps are how often a held lock takes each step: Extend now;
-// Extend at the last moment (within a node timeout of the validity's end);
+// Extend at the last moment (within half a node timeout of the validity's
+// end);
 // work (a fenced write while valid); a pause, sometimes past the validity;
 // work under the watchdog (KeepAlive only).
 var defaultSteps = map[string]int{"extend": 4, "last-moment": 2, "work": 2, "pause": 1, "watch": 5}
@@ -323,11 +327,15 @@ func runAdversary(t *testing.T, r *row, cfg advConfig) {
 		n := 5
 		if c.single {
 			ps, n = ps[:1], 1
-			c.keys = []string{"s0", "s1", "s2"}
 			c.master = []int{0}
+			for k := range cmpInt(cfg.keys, 3) {
+				c.keys = append(c.keys, fmt.Sprintf("s%d", k))
+			}
 		} else {
-			c.keys = []string{"r0", "r1", "r2", "r3"}
 			c.master = []int{0, 1, 2, 3, 4}
+			for k := range cmpInt(cfg.keys, 4) {
+				c.keys = append(c.keys, fmt.Sprintf("r%d", k))
+			}
 		}
 		c.px, c.quorum = ps, n/2+1
 		for _, p := range ps {
@@ -380,7 +388,19 @@ func runAdversary(t *testing.T, r *row, cfg advConfig) {
 		}
 	})
 
-	time.Sleep(time.Until(start.Add(cfg.dur)))
+	if r.Mutant == "" {
+		time.Sleep(time.Until(start.Add(cfg.dur)))
+	} else {
+		// A mutant's run ends once its check has failed (after at least 2s),
+		// or at cfg.dur.
+		for time.Now().Before(start.Add(cfg.dur)) {
+			time.Sleep(250 * time.Millisecond)
+			if time.Since(start) > 2*time.Second && a.caught(r.sub.expect) {
+				r.note("stopped after %v: the check failed", time.Since(start).Round(time.Millisecond))
+				break
+			}
+		}
+	}
 	healAt := time.Now()
 	close(a.stop) // the scheduler heals every window; the actors wind down
 	windDown()
@@ -610,21 +630,50 @@ func (a *advRun) finish(r *row, healAt time.Time, windDown time.Duration, heap u
 		r.note("panic: %s", p)
 	}
 
-	r.must(f.Holds > 0 && a.ops["extend.ok"] > 0 && a.ops["release.ok"] > 0, "the run did too little to check: %d holds, %d extends, %d releases", f.Holds, a.ops["extend.ok"], a.ops["release.ok"])
-	r.must(f.Overlaps == 0, "overlaps=%d: two holders of one key with validity at the same instant", f.Overlaps)
-	r.must(f.StaleAfterFailedExtend == 0, "stale_validity_after_failed_extend=%d: a failed Extend left a validity past what it set", f.StaleAfterFailedExtend)
-	r.must(f.ExtendAfterLapse == 0, "extend_after_lapse=%d: an Extend succeeded after Validity() read 0", f.ExtendAfterLapse)
-	r.must(f.ExtendSuccessAfterValidity == 0, "extend_success_after_validity=%d: an Extend succeeded on requests run after the validity ended", f.ExtendSuccessAfterValidity)
-	r.must(f.FenceRegressions == 0, "fence_regressions=%d", f.FenceRegressions)
-	r.must(f.Revivals == 0, "revivals=%d: a lock's validity came back after reading 0", f.Revivals)
-	r.must(f.WatchdogLate == 0, "watchdog_late=%d: KeepAlive's context ended more than %v after the validity", f.WatchdogLate, slack)
-	r.must(f.RetakeAfterRelease == 0, "retake_after_release=%d: a master re-took a key after running its release", f.RetakeAfterRelease)
-	r.must(f.ReleaseWithoutQuorum == 0, "release_without_quorum=%d: Release returned nil without a quorum running it", f.ReleaseWithoutQuorum)
-	r.must(recreated == 0, "keys_after_release=%d: keys of released locks left after the faults stopped", recreated)
-	r.must(len(a.slowShut) == 0, "close_over_bound=%d: Close took longer than its bound", len(a.slowShut))
-	r.must(len(a.late) == 0, "past_ctx=%d calls outlasted their context by more than the slack", len(a.late))
-	r.must(len(a.panics) == 0, "op_panics=%d", len(a.panics))
+	for _, v := range a.verdicts(f, recreated) {
+		r.must(v.ok, "%s", v.msg)
+	}
 	r.set("unexpected_errors", len(a.errs))
+}
+
+type verdict struct {
+	ok  bool
+	msg string
+}
+
+// verdicts are the run's MUST checks, over the findings so far and the
+// keys re-created after their release. The caller holds a.mu.
+func (a *advRun) verdicts(f Findings, recreated int) []verdict {
+	return []verdict{
+		{f.Holds > 0 && a.ops["extend.ok"] > 0 && a.ops["release.ok"] > 0, fmt.Sprintf("the run did too little to check: %d holds, %d extends, %d releases", f.Holds, a.ops["extend.ok"], a.ops["release.ok"])},
+		{f.Overlaps == 0, fmt.Sprintf("overlaps=%d: two holders of one key with validity at the same instant", f.Overlaps)},
+		{f.StaleAfterFailedExtend == 0, fmt.Sprintf("stale_validity_after_failed_extend=%d: a failed Extend left a validity past what it set", f.StaleAfterFailedExtend)},
+		{f.ExtendAfterLapse == 0, fmt.Sprintf("extend_after_lapse=%d: an Extend succeeded after Validity() read 0", f.ExtendAfterLapse)},
+		{f.ExtendSuccessAfterValidity == 0, fmt.Sprintf("extend_success_after_validity=%d: an Extend succeeded on requests run after the validity ended", f.ExtendSuccessAfterValidity)},
+		{f.FenceRegressions == 0, fmt.Sprintf("fence_regressions=%d", f.FenceRegressions)},
+		{f.Revivals == 0, fmt.Sprintf("revivals=%d: a lock's validity came back after reading 0", f.Revivals)},
+		{f.WatchdogLate == 0, fmt.Sprintf("watchdog_late=%d: KeepAlive's context ended more than %v after the validity", f.WatchdogLate, slack)},
+		{f.RetakeAfterRelease == 0, fmt.Sprintf("retake_after_release=%d: a master re-took a key after running its release", f.RetakeAfterRelease)},
+		{f.ReleaseWithoutQuorum == 0, fmt.Sprintf("release_without_quorum=%d: Release returned nil without a quorum running it", f.ReleaseWithoutQuorum)},
+		{recreated == 0, fmt.Sprintf("keys_after_release=%d: keys of released locks left after the faults stopped", recreated)},
+		{len(a.slowShut) == 0, fmt.Sprintf("close_over_bound=%d: Close took longer than its bound", len(a.slowShut))},
+		{len(a.late) == 0, fmt.Sprintf("past_ctx=%d calls outlasted their context by more than the slack", len(a.late))},
+		{len(a.panics) == 0, fmt.Sprintf("op_panics=%d", len(a.panics))},
+	}
+}
+
+// caught reports whether a check whose message contains expect has failed
+// on the holds so far: a mutant's run can stop there.
+func (a *advRun) caught(expect string) bool {
+	f := Check(a.hist.Holds(), a.w, slack)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range a.verdicts(f, 0) {
+		if !v.ok && strings.Contains(v.msg, expect) {
+			return true
+		}
+	}
+	return false
 }
 
 // An advActor is one goroutine of a client, running programs of lock calls
@@ -814,9 +863,9 @@ func (x *advActor) byHand(lk Locker, key string, ttl time.Duration, keepAlive bo
 			}
 		case "last-moment":
 			// Extend at the last moment: wait until the validity is almost
-			// gone, within a node timeout of its end.
+			// gone, within half a node timeout of its end.
 			if v := held.Validity(); v > 0 {
-				x.sleep(max(0, v-time.Duration(x.rng.Int64N(int64(x.c.nt)))))
+				x.sleep(max(0, v-time.Duration(x.rng.Int64N(int64(x.c.nt/2)))))
 			}
 			if !x.extend(held, h, ttl, keepAlive) {
 				goto done

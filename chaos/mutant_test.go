@@ -335,7 +335,7 @@ func (m *mutantLocker) attempt(ctx context.Context, key string, ttl time.Duratio
 	}
 	t := m.round(ctx, m.deadline(ctx, start, ttl), func(ctx context.Context, i int) (int64, error) {
 		if m.cfg.Fencing {
-			v, err := mutantAcquireFenced.Run(ctx, m.ms[i], []string{h.full, "{"+h.full+"}:fence"}, h.token, ttl.Milliseconds(), mode).Int64()
+			v, err := mutantAcquireFenced.Run(ctx, m.ms[i], []string{h.full, "{" + h.full + "}:fence"}, h.token, ttl.Milliseconds(), mode).Int64()
 			if err == nil && v == 0 {
 				return 0, errRefused
 			}
@@ -368,7 +368,7 @@ func (m *mutantLocker) attempt(ctx context.Context, key string, ttl time.Duratio
 				if t.nodes[i].Err != nil {
 					return 0, errRefused
 				}
-				return 0, mutantRaise.Run(ctx, m.ms[i], []string{h.full, "{"+h.full+"}:fence"}, h.token, h.fence).Err()
+				return 0, mutantRaise.Run(ctx, m.ms[i], []string{h.full, "{" + h.full + "}:fence"}, h.token, h.fence).Err()
 			}, false)
 		}
 		valid := ttl - m.drift(ttl)

@@ -70,7 +70,7 @@ var mutations = []struct {
 		c.programs = map[string]int{"byhand": 1}
 		c.steps = map[string]int{"last-moment": 1}
 		c.latency = [2]time.Duration{5 * time.Millisecond, 150 * time.Millisecond}
-		c.dur = 8 * time.Second
+		c.actors, c.keys = 4, 8 // many holders at once, each extending once a TTL
 	}), "", "nocap", "extend_success_after_validity="},
 	{"S15-equal-fences", adversaryMutant(5, nil), "", "constfence", "fence_regressions="},
 	{"S15-straggling-extend", adversaryMutant(6, nil), "", "straggle", "retake_after_release="},
@@ -88,13 +88,14 @@ var mutations = []struct {
 	{"S15-goroutine-left", adversaryMutant(11, nil), "", "leak", "goroutines left"},
 }
 
-// adversaryMutant runs the adversary with seed for a few seconds, with
+// adversaryMutant runs the adversary with seed until the check fails (at
+// most 20s), with
 // more single-instance clients (one master: a delay or a stall fails their
 // calls), more of the windows that make calls fail, and adjust's changes
 // to the mix, so that the check meets what it checks.
 func adversaryMutant(seed uint64, adjust func(*advConfig)) func(*testing.T, *subject) {
 	return func(t *testing.T, s *subject) {
-		cfg := advConfig{seed: seed, dur: 6 * time.Second, redlockClients: 1, singleClients: 4,
+		cfg := advConfig{seed: seed, dur: 20 * time.Second, redlockClients: 1, singleClients: 4,
 			weights: map[string]int{"delay": 35, "stall": 20, "freeze": 15, "restart": 15, "pause": 5, "drop": 5, "quiet": 5}}
 		if adjust != nil {
 			adjust(&cfg)
