@@ -69,6 +69,18 @@ type ExtendRec struct {
 	Concurrent bool      // the watchdog was renewing the lock meanwhile
 }
 
+func (e ExtendRec) outcome() string {
+	switch {
+	case e.OK:
+		return "ok"
+	case e.Lost:
+		return "lost"
+	case e.Closed:
+		return "closed"
+	}
+	return "failed"
+}
+
 // Revival is a positive validity read after a reading of 0.
 type Revival struct {
 	ZeroAt, At, LastValid time.Time
@@ -212,7 +224,13 @@ func Check(holds []*Hold, w *Witness, tol time.Duration) Findings {
 			}
 			if late := seen.Sub(h.WatchLapse); !seen.IsZero() && late > tol {
 				f.WatchdogLate++
-				f.example("watchdog late: %s %s: validity read 0 at +%v, the work context ended %v later", h.Client, h.Key, h.WatchLapse.Sub(h.Start), late)
+				by := ""
+				for _, e := range h.Extends { // the holder's own Extend nearest before the lapse
+					if e.Start.Before(h.WatchLapse) {
+						by = fmt.Sprintf("; the holder's last Extend(%v) ran +%v to +%v: %s", e.TTL, e.Start.Sub(h.Start), e.End.Sub(h.Start), e.outcome())
+					}
+				}
+				f.example("watchdog late: %s %s: validity read 0 at +%v, the work context ended %v later%s", h.Client, h.Key, h.WatchLapse.Sub(h.Start), late, by)
 			}
 		}
 		if w != nil {

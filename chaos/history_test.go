@@ -1,8 +1,10 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -13,6 +15,7 @@ func newTestWitness() *Witness {
 		cur: make([]witnessCmd, 5), seq: make([]int64, 5)}
 	for range 5 {
 		w.marks = append(w.marks, map[string]bool{})
+		w.loaded = append(w.loaded, map[string]bool{})
 	}
 	w.cond.L = &w.mu
 	return w
@@ -56,7 +59,9 @@ func TestParseMonitor(t *testing.T) {
 func TestWitnessEvents(t *testing.T) {
 	w := newTestWitness()
 	shaRel, shaExt := w.learn(srcRelease), w.learn(srcExtend)
-	feed(w, 0, 100, false, "script", "load", srcRelease) // learned again: no harm
+	feed(w, 2, 50, false, "evalsha", shaRel, "1", "chaos:k", "A") // master 2 does not have it: NOSCRIPT, not run
+	feed(w, 0, 100, false, "script", "load", srcRelease)
+	feed(w, 0, 101, false, "script", "load", srcExtend)
 	// Master 0: acquire, extend (PEXPIRE), release (DEL), then a straggling
 	// extend that re-takes the key.
 	feed(w, 0, 1000, false, "set", "chaos:k", "A", "nx", "px", "1000")
@@ -113,6 +118,9 @@ func TestCheckExtendAfterValidity(t *testing.T) {
 	us := func(ms int) int64 { return at(ms).UnixMicro() }
 	w := newTestWitness()
 	sha := w.learn(srcExtend)
+	for m := range 5 {
+		feed(w, m, 0, false, "script", "load", srcExtend)
+	}
 	ext := ExtendRec{Start: at(0), End: at(30), TTL: time.Second, Before: at(10), OK: true}
 	h := &Hold{Client: "c", Key: "k", Token: "A", Quorum: 3, Start: at(-100), Until: at(900), Extends: []ExtendRec{ext}}
 	for m, ms := range []int{2, 5, 8, 25, 26} { // three in time
@@ -122,7 +130,9 @@ func TestCheckExtendAfterValidity(t *testing.T) {
 		t.Errorf("three of five ran it in time: got %d", f.ExtendSuccessAfterValidity)
 	}
 	w2 := newTestWitness()
-	w2.learn(srcExtend)
+	for m := range 5 {
+		feed(w2, m, 0, false, "script", "load", srcExtend)
+	}
 	for m, ms := range []int{2, 5, 20, 25, 26} { // two in time
 		feed(w2, m, us(ms), false, "evalsha", sha, "1", "chaos:k", "A", "1000")
 	}
@@ -252,5 +262,76 @@ func TestHoldObserve(t *testing.T) {
 	unseen.Cancelled(at(401))
 	if f := Check([]*Hold{unseen}, nil, 10*time.Millisecond); f.WatchdogLate != 0 {
 		t.Errorf("unseen renewals: WatchdogLate %d", f.WatchdogLate)
+	}
+}
+
+// TestWitnessOnLibrary checks the witness against the library's own
+// scripts on real masters: a fenced acquire that lands on three masters,
+// an Extend that re-takes the key on the other two, a Release on all five.
+func TestWitnessOnLibrary(t *testing.T) {
+	for _, sub := range []*subject{library, {mutant: "none"}} {
+		name := sub.mutant
+		if name == "" {
+			name = "library"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, sub, 5, nil)
+			var addrs []string
+			for _, s := range e.servers {
+				addrs = append(addrs, s.Addr())
+			}
+			w, err := NewWitness(addrs, e.prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			ms := e.masters("c")
+			warm(t, ms, 2)
+			c := e.locker(ms, LockConfig{Fencing: true})
+			var stalls []*Toxic
+			for _, i := range []int{3, 4} {
+				x, err := e.group("c")[i].Stall(Up)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stalls = append(stalls, x)
+			}
+			ctx := context.Background()
+			l, err := c.Obtain(ctx, "k", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range stalls {
+				x.Remove()
+			}
+			settle(t, ms)
+			if err := l.Extend(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * nodeTimeout) // the re-takes may finish after Extend returned at quorum
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			direct := e.direct()
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := w.Sync(sctx, func(ctx context.Context, m int, msg string) error { return direct[m].Echo(ctx, msg).Err() }); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]int{}
+			for _, ev := range w.Events(l.Token()) {
+				got[ev.Kind] = append(got[ev.Kind], ev.Master)
+			}
+			for kind, want := range map[string][]int{EvAcquire: {0, 1, 2}, EvExtend: {0, 1, 2, 3, 4}, EvRetake: {3, 4}, EvRelease: {0, 1, 2, 3, 4}, EvDelete: {0, 1, 2, 3, 4}} {
+				ms := got[kind]
+				slices.Sort(ms)
+				if !slices.Equal(ms, want) {
+					t.Errorf("%s on masters %v, want %v (all: %v)", kind, ms, want, got)
+				}
+			}
+			if RecreatedAfterRelease(w, l.Token(), 3) {
+				t.Error("a re-take before the release counted as one after it")
+			}
+		})
 	}
 }

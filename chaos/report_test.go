@@ -209,7 +209,10 @@ func writeResults(w io.Writer, dir string) error {
 		for _, r := range mutants {
 			fmt.Fprintf(&b, "%-34s | %-24s | %-44s | %s\n", r.Scenario, r.Mutant, r.sub.expect, r.Verdict)
 			for _, c := range r.caught {
-				fmt.Fprintf(&b, "%-34s   failed: %s\n", "", c)
+				if len(c) > 200 {
+					c = c[:200] + "..."
+				}
+				fmt.Fprintf(&b, "%-34s   failed: %s\n", "", strings.ReplaceAll(c, "\n", " "))
 			}
 			count(r)
 		}

@@ -107,6 +107,7 @@ func minorityDown(t *testing.T, sub *subject) {
 			if mode == "refused" {
 				fault = "toxiproxy Stop 2/5 for 1s (refused)"
 			}
+			fault += "; 8 workers hold one key 2ms each"
 			r := newRow(t, sub, "S2 minority-down/"+mode, "MUST", fault, "safety 0; availability>=99%; probe<=2*node timeout")
 			e := newEnv(t, sub, 5, nil)
 			group := ""
@@ -223,7 +224,7 @@ func TestS04StalledMinority(t *testing.T) { stalledMinorities(t, library) }
 func stalledMinorities(t *testing.T, sub *subject) {
 	if sub.runs("suite-clients") {
 		t.Run("suite-clients", func(t *testing.T) {
-			r := newRow(t, sub, "S4 stalled-minority", "MUST", "SIGSTOP 2/5 for 3xTTL (1.5s), SIGCONT; node timeout 50ms",
+			r := newRow(t, sub, "S4 stalled-minority", "MUST", "SIGSTOP 2/5 for 3xTTL (1.5s), SIGCONT; node timeout 50ms; 8 workers hold one key 2ms each",
 				"safety 0; availability~baseline; probe p50<=nt/4, p90<nt (returns at quorum); no key a TTL after SIGCONT")
 			stalledMinority(t, r, nil)
 		})

@@ -24,7 +24,7 @@ func replyLost(t *testing.T, sub *subject) {
 			if stream == "upstream" {
 				what = "requests lost"
 			}
-			r := newRow(t, sub, "S6 reply-lost/"+stream, "MUST", "toxiproxy timeout "+stream+" on 2/5 ("+what+"); node timeout 50ms",
+			r := newRow(t, sub, "S6 reply-lost/"+stream, "MUST", "toxiproxy timeout "+stream+" on 2/5 ("+what+"); node timeout 50ms; 4 workers hold one key 2ms each",
 				"obtain ok via 3, p50<=nt/4, p90<nt; no key a TTL after; safety 0")
 			e := newEnv(t, sub, 5, nil)
 			ms := e.masters("w")

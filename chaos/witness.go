@@ -24,7 +24,9 @@ import (
 //
 // It knows the lock's scripts by what they do, from their source (SCRIPT
 // LOAD, or EVAL): PEXPIRE makes an extend, INCR a fenced acquire, DEL a
-// release. A lock token is the first argument after the keys.
+// release. An EVALSHA of a script the master has not been given fails with
+// NOSCRIPT and does not count. A lock token is the first argument after the
+// keys. Every master must start empty with the witness watching.
 type Witness struct {
 	prefix string
 	conns  []net.Conn
@@ -33,6 +35,7 @@ type Witness struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	scripts map[string]string // sha1 -> kind
+	loaded  []map[string]bool // per master: the scripts it has (an EVALSHA of another fails NOSCRIPT, yet MONITOR shows it)
 	cur     []witnessCmd      // per master: the last command from a client, for the lua lines after it
 	seq     []int64           // per master: lines seen
 	tokens  map[string][]WitnessEvent
@@ -78,6 +81,7 @@ func NewWitness(addrs []string, prefix string) (*Witness, error) {
 		}
 		w.conns = append(w.conns, c)
 		w.marks = append(w.marks, map[string]bool{})
+		w.loaded = append(w.loaded, map[string]bool{})
 		c.SetDeadline(time.Now().Add(time.Second))
 		r := bufio.NewReaderSize(c, 1<<16)
 		if _, err := c.Write([]byte("MONITOR\r\n")); err != nil {
@@ -167,7 +171,7 @@ func (w *Witness) line(m int, l string) {
 		w.marks[m][args[1]] = true
 		w.cond.Broadcast()
 	case cmd == "script" && len(args) == 3 && strings.EqualFold(args[1], "load"):
-		w.learn(args[2])
+		w.loaded[m][w.learn(args[2])] = true
 	case cmd == "eval" || cmd == "evalsha":
 		if len(args) < 3 {
 			return
@@ -175,6 +179,10 @@ func (w *Witness) line(m int, l string) {
 		sha := strings.ToLower(args[1])
 		if cmd == "eval" {
 			sha = w.learn(args[1])
+			w.loaded[m][sha] = true
+		}
+		if !w.loaded[m][sha] {
+			return // NOSCRIPT: it did not run
 		}
 		kind := w.scripts[sha]
 		n, err := strconv.Atoi(args[2])
