@@ -9,10 +9,12 @@ import (
 // Sentinel errors. Compare with [errors.Is], never with ==: the errors
 // returned by this package wrap them with detail.
 var (
-	// ErrNotObtained means the lock was not obtained after every attempt:
-	// another owner holds it on too many masters, too few masters answered,
-	// or the context ended. The error also carries a [*QuorumError] with
-	// what each master said, reachable through [errors.As].
+	// ErrNotObtained means the lock was not obtained after every attempt.
+	// Every such error also matches exactly one of [ErrTaken] (another
+	// owner holds the lock) or [ErrUnavailable] (too few masters answered
+	// to decide), and carries a [*QuorumError] with what each master said,
+	// reachable through [errors.As]. When the wait ended with the context,
+	// it also matches the context's cause.
 	ErrNotObtained = errors.New("redlock: lock not obtained")
 
 	// ErrLockLost means the lock is no longer ours on a quorum: refusals
@@ -21,9 +23,23 @@ var (
 	// the lock may have overlapped with another holder.
 	ErrLockLost = errors.New("redlock: lock lost")
 
-	// ErrTaken is one master's answer: the key holds another owner's token.
-	// It appears in [NodeError.Err].
+	// ErrTaken means another owner holds the lock. As one master's answer
+	// it is a [NodeError]'s Err: the key there holds another owner's
+	// token. As the outcome of a failed Obtain (or Do) it means the
+	// refusals of other owners alone rule out a quorum: more than
+	// N - quorum masters answered "held by another owner". That is the
+	// error to skip work on ("another replica is doing it"): an outage
+	// never matches it, nor does a lock lost while held ([ErrLockLost]).
 	ErrTaken = errors.New("redlock: held by another owner")
+
+	// ErrUnavailable is the outcome of an operation that too few masters
+	// answered to decide: they were down, slow, refused the connection, or
+	// the context ended first (then the error matches the context's cause
+	// too). A failed Obtain with mixed answers (some masters held by
+	// another owner, some silent) matches ErrUnavailable unless the "held"
+	// answers alone rule out a quorum: the silent masters might have been
+	// free.
+	ErrUnavailable = errors.New("redlock: masters unavailable")
 
 	// ErrClosed is returned by calls on a [Client] after [Client.Close].
 	ErrClosed = errors.New("redlock: client closed")
@@ -37,6 +53,13 @@ var (
 	errAbsent  = errors.New("redlock: lock key absent")
 	errNoReply = errors.New("redlock: no reply before the outcome was decided")
 )
+
+// unprefixed wraps an error of this package for use inside another's
+// message, without repeating "redlock: ".
+type unprefixed struct{ error }
+
+func (e unprefixed) Error() string { return strings.TrimPrefix(e.error.Error(), "redlock: ") }
+func (e unprefixed) Unwrap() error { return e.error }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
@@ -56,14 +79,38 @@ func (e NodeError) String() string {
 }
 
 // A QuorumError reports, master by master, an operation that missed its
-// quorum. It matches [ErrNotObtained] (Op "obtain") or [ErrLockLost] (when
-// refusals ruled out a quorum) through [errors.Is], and every node's error
-// too, so errors.Is(err, context.DeadlineExceeded) finds timeouts.
+// quorum. Through [errors.Is] it matches its kind ([ErrNotObtained] for Op
+// "obtain", [ErrLockLost] when refusals ruled out a quorum), its outcome
+// unless the lock was lost ([ErrTaken] when other owners' refusals alone
+// ruled out a quorum, else [ErrUnavailable]), and every node's failure, so
+// errors.Is(err, context.DeadlineExceeded) finds timeouts. A single
+// master's "held by another owner" answer is in its NodeError, not matched
+// by the QuorumError unless it decided the outcome.
 type QuorumError struct {
 	Op     string // "obtain", "extend" or "release"
 	Quorum int
 	Nodes  []NodeError
-	kind   error // ErrNotObtained, ErrLockLost, or nil when masters merely failed to answer
+	kind   error  // ErrNotObtained, ErrLockLost, or nil when masters merely failed to answer
+	why    string // what decided it, when the answers alone do not say
+}
+
+// outcome is ErrTaken when more than N - quorum masters answered "held by
+// another owner", else ErrUnavailable; nil for a lost lock.
+func (e *QuorumError) outcome() error {
+	taken := 0
+	for _, n := range e.Nodes {
+		if n.Err == ErrTaken {
+			taken++
+		}
+	}
+	switch {
+	case e.kind == ErrLockLost:
+		return nil // lost, whoever holds it now: "skip, another has it" must not match
+	case taken > len(e.Nodes)-e.Quorum:
+		return ErrTaken
+	default:
+		return ErrUnavailable
+	}
 }
 
 func (e *QuorumError) Error() string {
@@ -77,6 +124,16 @@ func (e *QuorumError) Error() string {
 		b.WriteString(": lock lost")
 	default:
 		b.WriteString(": no quorum")
+	}
+	switch e.outcome() {
+	case ErrTaken:
+		b.WriteString(", held by another owner")
+	case ErrUnavailable:
+		b.WriteString(", masters unavailable")
+	}
+	if e.why != "" {
+		b.WriteString(", ")
+		b.WriteString(e.why)
 	}
 	agreed := 0
 	for _, n := range e.Nodes {
@@ -95,15 +152,18 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the kind, then every node's error, so errors.Is also sees
-// timeouts and connection errors.
+// Unwrap returns the kind, the outcome, then every node's failure, so
+// errors.Is also sees timeouts and connection errors.
 func (e *QuorumError) Unwrap() []error {
-	errs := make([]error, 0, len(e.Nodes)+1)
+	errs := make([]error, 0, len(e.Nodes)+2)
 	if e.kind != nil {
 		errs = append(errs, e.kind)
 	}
+	if o := e.outcome(); o != nil {
+		errs = append(errs, o)
+	}
 	for _, n := range e.Nodes {
-		if n.Err != nil {
+		if n.Err != nil && n.Err != ErrTaken && n.Err != errAbsent {
 			errs = append(errs, n.Err)
 		}
 	}

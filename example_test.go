@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -13,16 +14,17 @@ import (
 )
 
 // masters starts n in-process Redis servers for the examples; a real program
-// passes clients for its own independent Redis masters.
+// passes clients of its own independent Redis masters.
 func masters(n int) (clients []redis.UniversalClient, stop func()) {
 	var servers []*miniredis.Miniredis
 	for range n {
 		s := miniredis.NewMiniRedis()
 		if err := s.Start(); err != nil {
-			panic(err)
+			log.Fatal(err)
 		}
+		s.ClockTTL(true) // expire keys in real time, as Redis does
 		servers = append(servers, s)
-		clients = append(clients, redis.NewClient(&redis.Options{Addr: s.Addr()}))
+		clients = append(clients, redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true}))
 	}
 	return clients, func() {
 		for i := range clients {
@@ -32,29 +34,40 @@ func masters(n int) (clients []redis.UniversalClient, stop func()) {
 	}
 }
 
-// A quorum lock over five independent masters.
+// newLocker is redlock.New over rdbs, for the examples.
+func newLocker(rdbs []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
+	locker, err := redlock.New(rdbs, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return locker
+}
+
+// Try the lock once: a quorum lock over five independent masters. A lock
+// held by another replica (ErrTaken) means skip; masters that do not
+// answer (ErrUnavailable) are an outage, not a reason to skip silently.
 func Example() {
 	rdbs, stop := masters(5)
 	defer stop()
-
 	locker, err := redlock.New(rdbs, redlock.WithKeyPrefix("lock:"))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer locker.Close()
 
 	ctx := context.Background()
 	lock, err := locker.Obtain(ctx, "report:2026-11", 10*time.Second)
-	if errors.Is(err, redlock.ErrNotObtained) {
+	switch {
+	case errors.Is(err, redlock.ErrTaken):
 		fmt.Println("another replica is building the report")
 		return
+	case err != nil: // ErrUnavailable, or the context ended
+		log.Fatal(err)
 	}
-	if err != nil {
-		panic(err)
-	}
-	defer lock.Release(ctx)
-
 	fmt.Println("building the report; lock valid for more than 9s:", lock.Validity() > 9*time.Second)
+	if err := lock.Release(ctx); err != nil {
+		log.Print(err) // the keys expire with their TTL anyway
+	}
 	// Output:
 	// building the report; lock valid for more than 9s: true
 }
@@ -63,115 +76,120 @@ func Example() {
 func ExampleNewSingle() {
 	rdbs, stop := masters(1)
 	defer stop()
-
 	locker, err := redlock.NewSingle(rdbs[0])
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer locker.Close()
 
 	ctx := context.Background()
 	lock, err := locker.Obtain(ctx, "nightly-job", time.Minute)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	_, err = locker.Obtain(ctx, "nightly-job", time.Minute)
-	fmt.Println("second replica:", err != nil, errors.Is(err, redlock.ErrNotObtained))
+	fmt.Println("second replica: taken:", errors.Is(err, redlock.ErrTaken))
 	fmt.Println("release:", lock.Release(ctx))
 	// Output:
-	// second replica: true true
+	// second replica: taken: true
 	// release: <nil>
 }
 
-// When the lock is not obtained, the error says what each master answered.
+// When the lock is not obtained, the error says why, and what each master
+// answered.
 func ExampleClient_Obtain() {
 	rdbs, stop := masters(3)
 	defer stop()
-	locker, _ := redlock.New(rdbs)
+	locker := newLocker(rdbs)
 	defer locker.Close()
 	ctx := context.Background()
 
-	holder, _ := locker.Obtain(ctx, "invoice:42", time.Minute)
-	defer holder.Release(ctx)
-
-	// Wait up to 50ms, retrying every 10ms or so.
+	holder, err := locker.Obtain(ctx, "invoice:42", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Wait up to 50ms for it, retrying every 10ms or so.
 	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	_, err := locker.Obtain(wctx, "invoice:42", time.Minute, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
-
+	_, err = locker.Obtain(wctx, "invoice:42", time.Minute, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
+	fmt.Println("not obtained:", errors.Is(err, redlock.ErrNotObtained))
+	fmt.Println("held by another owner:", errors.Is(err, redlock.ErrTaken))
+	fmt.Println("masters unavailable:", errors.Is(err, redlock.ErrUnavailable))
+	fmt.Println("the wait ended with the deadline:", errors.Is(err, context.DeadlineExceeded))
 	var qe *redlock.QuorumError
 	if errors.As(err, &qe) {
-		// err names every master: "redlock: obtain: lock not obtained (0 of 3
-		// agreed, quorum 2): 127.0.0.1:6379: held by another owner; ..."
-		taken := 0
-		for _, n := range qe.Nodes {
-			if errors.Is(n.Err, redlock.ErrTaken) {
-				taken++
-			}
-		}
-		fmt.Println("not obtained:", errors.Is(err, redlock.ErrNotObtained))
-		fmt.Printf("%s: quorum %d of %d; held by another owner on a quorum: %v\n",
-			qe.Op, qe.Quorum, len(qe.Nodes), taken >= qe.Quorum)
+		// err names every master: "redlock: obtain: lock not obtained, held
+		// by another owner (0 of 3 agreed, quorum 2): 127.0.0.1:6379: held
+		// by another owner; ..."
+		fmt.Printf("%s: quorum %d of %d masters\n", qe.Op, qe.Quorum, len(qe.Nodes))
+	}
+	if err := holder.Release(ctx); err != nil {
+		log.Fatal(err)
 	}
 	// Output:
 	// not obtained: true
-	// obtain: quorum 2 of 3; held by another owner on a quorum: true
+	// held by another owner: true
+	// masters unavailable: false
+	// the wait ended with the deadline: true
+	// obtain: quorum 2 of 3 masters
 }
 
 // Extend a lock while the work runs longer than planned.
 func ExampleLock_Extend() {
 	rdbs, stop := masters(3)
 	defer stop()
-	locker, _ := redlock.New(rdbs)
+	locker := newLocker(rdbs)
 	defer locker.Close()
 	ctx := context.Background()
 
 	lock, err := locker.Obtain(ctx, "import:batch-7", 2*time.Second)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	defer lock.Release(ctx)
-
 	// ... the import needs more time:
 	switch err := lock.Extend(ctx, time.Minute); {
 	case errors.Is(err, redlock.ErrLockLost):
 		fmt.Println("lost the lock: stop and let the new holder finish")
 	case err != nil:
-		fmt.Println("masters did not answer; still held for", lock.Validity().Round(time.Minute))
+		fmt.Println("masters did not answer; still held for", lock.Validity().Round(time.Second))
 	default:
 		fmt.Println("extended; valid for more than 50s:", lock.Validity() > 50*time.Second)
+	}
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
 	}
 	// Output:
 	// extended; valid for more than 50s: true
 }
 
 // Do runs the work while a watchdog renews the lock, and tells the work
-// through its context the moment the lock can no longer be trusted.
+// through its context the moment the lock can no longer be trusted. It is
+// the entry point for most work.
 func ExampleClient_Do() {
 	rdbs, stop := masters(3)
 	defer stop()
-	locker, _ := redlock.New(rdbs, redlock.WithKeyPrefix("lock:"))
+	locker := newLocker(rdbs, redlock.WithKeyPrefix("lock:"), redlock.WithNodeTimeout(200*time.Millisecond))
 	defer locker.Close()
 
-	err := locker.Do(context.Background(), "nightly-billing", 300*time.Millisecond, func(ctx context.Context) error {
+	err := locker.Do(context.Background(), "nightly-billing", 600*time.Millisecond, func(ctx context.Context) error {
 		for batch := range 5 { // longer than the TTL: the watchdog renews
 			select {
 			case <-ctx.Done():
 				// Lost the lock (context.Cause(ctx) matches ErrLockLost):
 				// stop before writing anything more.
 				return context.Cause(ctx)
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(150 * time.Millisecond):
 				fmt.Println("billed batch", batch)
 			}
 		}
 		return nil
 	})
 	switch {
-	case errors.Is(err, redlock.ErrNotObtained):
+	case errors.Is(err, redlock.ErrTaken):
 		fmt.Println("another replica runs the billing")
 	case errors.Is(err, redlock.ErrLockLost):
 		fmt.Println("lost the lock midway: the batches after the loss were not billed")
-	case err != nil:
+	case err != nil: // masters unavailable, or the billing itself failed
 		fmt.Println("billing failed:", err)
 	default:
 		fmt.Println("done")
@@ -183,4 +201,167 @@ func ExampleClient_Do() {
 	// billed batch 3
 	// billed batch 4
 	// done
+}
+
+// Lock.Do gives the work its lock: here, the fence that the resource checks
+// on every write, so that a holder that paused past its lease cannot
+// overwrite a newer holder's work.
+func ExampleLock_Do() {
+	rdbs, stop := masters(3)
+	defer stop()
+	locker := newLocker(rdbs, redlock.WithFencing())
+	defer locker.Close()
+	ctx := context.Background()
+	resource := rdbs[0] // where the account lives; any Redis will do
+
+	lock, err := locker.Obtain(ctx, "account:42", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = lock.Do(ctx, func(ctx context.Context) error {
+		return redlock.FencedWrite(ctx, resource, "account:42:balance", lock.Fence(), "100")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The next holder writes with a higher fence...
+	next, err := locker.Obtain(ctx, "account:42", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = next.Do(ctx, func(ctx context.Context) error {
+		return redlock.FencedWrite(ctx, resource, "account:42:balance", next.Fence(), "90")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... and a write by the first holder, had it paused past its lease
+	// and woken up now, is refused.
+	err = redlock.FencedWrite(ctx, resource, "account:42:balance", lock.Fence(), "110")
+	fmt.Println("stale write refused:", errors.Is(err, redlock.ErrStaleFence))
+	value, fence, err := redlock.FencedRead(ctx, resource, "account:42:balance")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balance", value, "written by the next holder:", fence == next.Fence())
+	// Output:
+	// stale write refused: true
+	// balance 90 written by the next holder: true
+}
+
+// KeepAlive renews a lock that outlives one function call, until stop.
+func ExampleLock_KeepAlive() {
+	rdbs, stop := masters(3)
+	defer stop()
+	locker := newLocker(rdbs, redlock.WithNodeTimeout(200*time.Millisecond))
+	defer locker.Close()
+	ctx := context.Background()
+
+	lock, err := locker.Obtain(ctx, "leader", 600*time.Millisecond)
+	if err != nil {
+		log.Fatal(err)
+	}
+	lctx, stopRenewing, err := lock.KeepAlive(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(900 * time.Millisecond) // longer than the TTL
+	fmt.Println("still the leader:", lctx.Err() == nil && lock.Validity() > 0)
+	stopRenewing() // first stop renewing, then release
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// still the leader: true
+}
+
+// Another process (or goroutine) takes over a lock by its key and token,
+// the way `redlock run` hands REDLOCK_TOKEN to its command.
+func ExampleClient_Attach() {
+	rdbs, stop := masters(3)
+	defer stop()
+	ctx := context.Background()
+	parent := newLocker(rdbs)
+	defer parent.Close()
+	lock, err := parent.Obtain(ctx, "migration", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	child := newLocker(rdbs) // in the other process
+	defer child.Close()
+	same, err := child.Attach(ctx, "migration", lock.Token(), time.Minute, 0)
+	if err != nil {
+		log.Fatal(err) // ErrLockLost: the token no longer holds the lock
+	}
+	fmt.Println("attached:", same.Token() == lock.Token())
+	if err := same.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// attached: true
+}
+
+// Inspect shows who holds a key on every master.
+func ExampleClient_Inspect() {
+	rdbs, stop := masters(3)
+	defer stop()
+	locker := newLocker(rdbs)
+	defer locker.Close()
+	ctx := context.Background()
+	lock, err := locker.Obtain(ctx, "report", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // Obtain returns at quorum; the third master follows
+	state, err := locker.Inspect(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	token, n := state.Holder()
+	fmt.Println("held by our token:", token == lock.Token(), "on", n, "of", len(state.Masters), "masters")
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// held by our token: true on 3 of 3 masters
+}
+
+// whileTaken retries while another owner holds the lock, and gives up at
+// once when the masters are unavailable: a strategy of one's own.
+type whileTaken struct{ every time.Duration }
+
+func (s whileTaken) NextWait(attempts int, last error) (time.Duration, bool) {
+	return s.every, errors.Is(last, redlock.ErrTaken)
+}
+
+// A retry strategy of one's own sees why the last attempt failed.
+func ExampleRetryStrategy() {
+	rdbs, stop := masters(3)
+	defer stop()
+	locker := newLocker(rdbs)
+	defer locker.Close()
+	ctx := context.Background()
+
+	holder, err := locker.Obtain(ctx, "k", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	time.AfterFunc(30*time.Millisecond, func() {
+		if err := holder.Release(ctx); err != nil {
+			log.Print(err)
+		}
+	})
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lock, err := locker.Obtain(wctx, "k", time.Minute, redlock.WithRetry(whileTaken{5 * time.Millisecond}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("obtained once the holder released it")
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// obtained once the holder released it
 }

@@ -53,25 +53,33 @@ func FencedWrite(ctx context.Context, rdb redis.Scripter, key string, fence int6
 	if fence < 1 {
 		return invalid("fence must be >= 1 (a lock obtained WithFencing), got %d", fence)
 	}
-	keys, args := []string{key}, []any{fence, value}
-	res, err := rdb.EvalSha(ctx, fencedWriteScript.sha, keys, args...).Int64Slice()
+	keys, args := []string{key}, []any{strconv.FormatInt(fence, 10), value}
+	res, err := rdb.EvalSha(ctx, fencedWriteScript.sha, keys, args...).Slice()
 	if noScript(err) {
-		res, err = rdb.Eval(ctx, fencedWriteScript.src, keys, args...).Int64Slice()
+		res, err = rdb.Eval(ctx, fencedWriteScript.src, keys, args...).Slice()
 	}
 	if err != nil {
 		return fmt.Errorf("redlock: fenced write to %q: %w", key, err)
 	}
-	if len(res) != 2 {
+	var ok int64
+	var high string
+	if len(res) == 2 {
+		ok, _ = res[0].(int64)
+		high, _ = res[1].(string)
+	}
+	highest, perr := parseFence(high)
+	if perr != nil {
 		return fmt.Errorf("redlock: fenced write to %q: unexpected reply %v", key, res)
 	}
-	if res[0] == 0 {
-		return &StaleFenceError{Key: key, Fence: fence, Highest: res[1]}
+	if ok == 0 {
+		return &StaleFenceError{Key: key, Fence: fence, Highest: highest}
 	}
 	return nil
 }
 
 // FencedRead returns the value and the fence of the last write
-// [FencedWrite] accepted for key; redis.Nil when there was none.
+// [FencedWrite] accepted for key; redis.Nil when there was none, and an
+// error when the stored fence is not a decimal int64.
 func FencedRead(ctx context.Context, rdb redis.Cmdable, key string) (value string, fence int64, err error) {
 	vs, err := rdb.HMGet(ctx, key, "value", "fence").Result()
 	if err != nil {
@@ -82,8 +90,21 @@ func FencedRead(ctx context.Context, rdb redis.Cmdable, key string) (value strin
 	if !ok1 || !ok2 {
 		return "", 0, redis.Nil
 	}
-	fence, err = strconv.ParseInt(f, 10, 64)
-	return v, fence, err
+	fence, err = parseFence(f)
+	if err != nil {
+		return "", 0, fmt.Errorf("redlock: the resource %q holds fence %q, which is not a decimal int64", key, f)
+	}
+	return v, fence, nil
+}
+
+// parseFence reads a stored fence: a decimal int64 >= 0 as FencedWrite
+// writes it (no sign, no leading zeros).
+func parseFence(s string) (int64, error) {
+	f, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || f < 0 || strconv.FormatInt(f, 10) != s {
+		return 0, fmt.Errorf("redlock: fence %q is not a decimal int64", s)
+	}
+	return f, nil
 }
 
 // raise makes the fence of a fenced acquire that reached quorum: the largest
@@ -100,7 +121,8 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 		}
 	}
 	o := l.op.with(opRaise, nil, fence)
-	o.deadline, o.done = time.Now().Add(timeout), ctx.Done()
+	o.deadline, o.done = capDeadline(ctx, time.Now().Add(timeout)), ctx.Done()
+	o.inline = o.done == nil
 	raised := c.round()
 	defer raised.done()
 	n := 0
@@ -113,7 +135,11 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 	c.collect(ctx, raised, n, o.deadline, timeout, false)
 	for i := range c.nodes {
 		if rd.nodes[i].Err == nil && rd.vals[i] < fence && raised.nodes[i].Err != nil {
-			rd.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, raised.nodes[i].Err)
+			err := raised.nodes[i].Err
+			if err == ErrTaken {
+				err = errors.New("the lock is no longer ours there")
+			}
+			rd.nodes[i].Err = fmt.Errorf("redlock: fence counter not raised to %d: %w", fence, unprefixed{err})
 			rd.ok--
 		}
 	}

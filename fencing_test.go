@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -248,6 +249,65 @@ func TestFencedWrite(t *testing.T) {
 	for _, bad := range []int64{0, -1} {
 		if err := redlock.FencedWrite(ctx, rdb, "account:1", bad, "x"); !errors.Is(err, redlock.ErrInvalidArgument) {
 			t.Fatalf("fence %d: %v", bad, err)
+		}
+	}
+}
+
+// TestFencedWriteAtTheEdges: fences are compared as 64-bit integers, not
+// Lua doubles, and a stored fence that is not one is an error, never a
+// pass.
+func TestFencedWriteAtTheEdges(t *testing.T) {
+	ctx := context.Background()
+	rdb := clientsOf(t, startServers(t, 1))[0]
+	const two53 = int64(1) << 53
+	for _, tc := range []struct {
+		name          string
+		stored        string
+		fence         int64
+		stale         bool
+		highest       int64
+		malformedRead bool
+	}{
+		{name: "above 2^53, lower by one", stored: fmt.Sprint(two53 + 1), fence: two53, stale: true, highest: two53 + 1},
+		{name: "above 2^53, equal", stored: fmt.Sprint(two53 + 1), fence: two53 + 1},
+		{name: "above 2^53, higher by one", stored: fmt.Sprint(two53), fence: two53 + 1},
+		{name: "MaxInt64 stored, one below", stored: fmt.Sprint(int64(math.MaxInt64)), fence: math.MaxInt64 - 1, stale: true, highest: math.MaxInt64},
+		{name: "MaxInt64 equal", stored: fmt.Sprint(int64(math.MaxInt64)), fence: math.MaxInt64},
+		{name: "fewer digits", stored: "1000", fence: 999, stale: true, highest: 1000},
+		{name: "more digits", stored: "999", fence: 1000},
+		{name: "zero stored", stored: "0", fence: 1},
+		{name: "nan stored", stored: "nan", fence: 5, malformedRead: true},
+		{name: "exponent stored", stored: "1e3", fence: 5, malformedRead: true},
+		{name: "hex stored", stored: "0x10", fence: 5, malformedRead: true},
+		{name: "negative stored", stored: "-5", fence: 5, malformedRead: true},
+		{name: "leading zero stored", stored: "007", fence: 5, malformedRead: true},
+		{name: "beyond int64 stored", stored: "9223372036854775808", fence: math.MaxInt64, malformedRead: true},
+	} {
+		key := "edge:" + tc.name
+		if err := rdb.HSet(ctx, key, "fence", tc.stored, "value", "old").Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := redlock.FencedWrite(ctx, rdb, key, tc.fence, "new")
+		var se *redlock.StaleFenceError
+		switch {
+		case tc.malformedRead:
+			if err == nil || errors.Is(err, redlock.ErrStaleFence) {
+				t.Errorf("%s: write with fence %d: %v, want an error about the stored fence", tc.name, tc.fence, err)
+			}
+			if _, _, err := redlock.FencedRead(ctx, rdb, key); err == nil {
+				t.Errorf("%s: FencedRead accepted stored fence %q", tc.name, tc.stored)
+			}
+		case tc.stale:
+			if !errors.As(err, &se) || se.Highest != tc.highest || se.Fence != tc.fence {
+				t.Errorf("%s: %v, want stale with highest %d", tc.name, err, tc.highest)
+			}
+		default:
+			if err != nil {
+				t.Errorf("%s: %v, want accepted", tc.name, err)
+			}
+			if v, f, err := redlock.FencedRead(ctx, rdb, key); err != nil || v != "new" || f != tc.fence {
+				t.Errorf("%s: resource holds %q at fence %d (%v)", tc.name, v, f, err)
+			}
 		}
 	}
 }

@@ -20,9 +20,10 @@ type Lock struct {
 	// obtained is when the winning attempt started, for WithMaxHold.
 	obtained time.Time
 
-	mu    sync.Mutex    // serialises Extend and Release
-	ttl   time.Duration // of the last Obtain or Extend; guarded by mu
-	until atomic.Int64  // end of validity, in ns since c.epoch; 0 when released or lost
+	mu       sync.Mutex    // serialises Extend and Release
+	ttl      time.Duration // of the last Obtain or Extend; guarded by mu
+	released atomic.Bool   // a Release decided (nil or ErrLockLost); written under mu
+	until    atomic.Int64  // end of validity, in ns since c.epoch; 0 when released or lost
 }
 
 // Key returns the key the lock was obtained for, without the client's
@@ -56,48 +57,76 @@ func (l *Lock) Validity() time.Duration {
 
 // Extend resets the lock's TTL to ttl on every master where it is still
 // ours, and re-takes the key where it has vanished (a restart, an eviction).
-// It succeeds when a quorum confirmed it, and then the validity is counted
-// anew from the start of this call.
+// It succeeds when a quorum confirmed it within the new validity, and then
+// the validity is counted anew from the start of this call: ttl minus the
+// time Extend took minus the drift allowance (shorter than before, when ttl
+// is).
 //
-// It returns an error matching [ErrLockLost] when the lock's validity had
-// already run out (a lapsed lock is never revived) or when refusals rule out
-// a quorum (our token is gone from more than N - quorum masters); Validity
-// is 0 from then on. When masters merely fail to answer, the error does not
-// match ErrLockLost: the lock is still ours until Validity runs out, and
-// Extend may be tried again.
+// No request of Extend takes effect after the lock's validity has ended: its
+// requests' deadline is capped at that end, and a master re-takes a vanished
+// key only until then. So a lapsed lock is never revived, whatever the
+// network delays.
+//
+// It returns an error matching [ErrLockLost] when the validity had already
+// run out or ran out before a quorum confirmed, or when refusals rule out a
+// quorum (our token is gone from more than N - quorum masters); Validity is
+// 0 from then on. When masters merely fail to answer in time, the error
+// matches [ErrUnavailable] and not ErrLockLost: the lock is still ours until
+// Validity runs out, and Extend may be tried again. A failed Extend never
+// lengthens the validity, and shortens it to what the masters it may have
+// reached will hold: at most ttl minus the drift allowance from the start of
+// the call.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	ttl, err := l.c.check(ctx, l.key, ttl)
 	if err != nil {
 		return err
 	}
-	return l.extend(ctx, ttl)
-}
-
-// extend is Extend after validation; the watchdog calls it while the
-// client closes.
-func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
-	c := l.c
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.Validity() == 0 {
+	return l.extendLocked(ctx, ttl)
+}
+
+// extendLocked is Extend after validation, with l.mu held; the watchdog
+// calls it while the client closes.
+func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
+	c := l.c
+	start := time.Now()
+	until := time.Duration(l.until.Load())
+	end := c.epoch.Add(until) // the validity's end, on the monotonic clock
+	if until == 0 || !start.Before(end) {
+		l.until.Store(0)
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
 	}
-	start := time.Now()
-	rd := c.fanout(ctx, l.extendOp(ttl), start, c.cfg.timeout(ttl))
+	timeout := c.cfg.timeout(ttl)
+	deadline := start.Add(timeout)
+	if end.Before(deadline) {
+		deadline = end
+	}
+	o := l.op.with(opExtend, c.boxTTL(ttl), l.fence)
+	o.retakeBy = capDeadline(ctx, deadline).UnixMilli()
+	rd := c.fanout(ctx, o, deadline, timeout)
 	defer rd.done()
-	if rd.ok >= c.quorum {
-		valid := ttl - c.cfg.drift(ttl)
-		if time.Since(start) < valid {
-			l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
-			l.ttl = ttl
-			return nil
-		}
-		return fmt.Errorf("redlock: extend took %v, longer than the validity of a %v TTL", time.Since(start), ttl)
+	valid := ttl - c.cfg.drift(ttl)
+	if rd.ok >= c.quorum && time.Since(start) < valid {
+		l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
+		l.ttl = ttl
+		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {
 		l.until.Store(0)
 		return c.quorumError("extend", rd, ErrLockLost)
 	}
+	// Not extended. The masters it reached, or may still reach, now hold
+	// the key until ttl after they ran it, no sooner than start + ttl; the
+	// others until the old validity's end.
+	until = min(until, start.Add(valid).Sub(c.epoch))
+	if until <= time.Since(c.epoch) {
+		l.until.Store(0)
+		qe := c.quorumError("extend", rd, ErrLockLost)
+		qe.why = "the validity ran out before a quorum confirmed"
+		return qe
+	}
+	l.until.Store(int64(until))
 	return c.quorumError("extend", rd, nil)
 }
 
@@ -106,35 +135,48 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 // confirmed the delete; an error matching [ErrLockLost] when refusals show
 // our token was gone from more than N - quorum masters (the lock had lapsed
 // or been taken: work done under it may have overlapped); otherwise an error
-// with each master's answer, and the keys left expire with their TTL.
-// Validity is 0 after Release, whatever it returns.
+// matching [ErrUnavailable] with each master's answer, and the keys left
+// expire with their TTL. Validity is 0 after Release, whatever it returns.
+//
+// Once a Release has returned nil or ErrLockLost, later calls return nil at
+// once: a deferred Release after an explicit one is no alarm. After a
+// Release that merely failed to reach the masters, another call tries again.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
 	}
-	if l.c.closed.Load() {
+	if l.c.closed.Load() && !l.released.Load() {
+		l.until.Store(0)
 		return ErrClosed
 	}
 	return l.release(ctx)
 }
 
-// release is Release after validation; Do calls it while the client closes.
+// release is Release after validation; Do calls it while the client
+// closes.
 func (l *Lock) release(ctx context.Context) error {
-	c := l.c
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.released.Load() {
+		return nil
+	}
+	return l.releaseLocked(ctx)
+}
+
+// releaseLocked is release with l.mu held.
+func (l *Lock) releaseLocked(ctx context.Context) error {
+	c := l.c
 	l.until.Store(0)
-	rd := c.fanout(ctx, l.op.with(opRelease, nil, 0), time.Now(), c.cfg.timeout(l.ttl))
+	timeout := c.cfg.timeout(l.ttl)
+	rd := c.fanout(ctx, l.op.with(opRelease, nil, 0), time.Now().Add(timeout), timeout)
 	defer rd.done()
 	if rd.ok >= c.quorum {
+		l.released.Store(true)
 		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {
+		l.released.Store(true)
 		return c.quorumError("release", rd, ErrLockLost)
 	}
 	return c.quorumError("release", rd, nil)
-}
-
-func (l *Lock) extendOp(ttl time.Duration) op {
-	return l.op.with(opExtend, l.c.boxTTL(ttl), l.fence)
 }

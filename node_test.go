@@ -38,9 +38,9 @@ func execBatch(t *testing.T, c *Client, reqs []op) []error {
 		time.Sleep(time.Millisecond)
 		l.mu.Lock()
 	}
-	l.running = true
+	l.running, l.stalled = true, time.Now().Add(time.Second)
 	l.mu.Unlock()
-	n.exec(l, batch)
+	l.run(batch)
 	l.mu.Lock()
 	l.running = false
 	l.mu.Unlock()
@@ -167,7 +167,11 @@ func testOp(kind opKind, key, ckey, token string, ttlMs int64) op {
 	if ttlMs > 0 {
 		ttl = ttlMs
 	}
-	return newOp(kind, key, ckey, token).with(kind, ttl, 0)
+	o := newOp(kind, key, ckey, token).with(kind, ttl, 0)
+	if kind == opExtend {
+		o.retakeBy = time.Now().Add(time.Minute).UnixMilli()
+	}
+	return o
 }
 
 // TestLanesOfOneMaster: a single master gets several lanes (fewer when the
@@ -178,8 +182,8 @@ func TestLanesOfOneMaster(t *testing.T) {
 		{1, 100, 4}, {1, 16, 4}, {1, 8, 2}, {1, 3, 1}, {3, 100, 1},
 	} {
 		var cs []redis.UniversalClient
-		for range tc.masters {
-			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: tc.pool})
+		for i := range tc.masters {
+			c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1), PoolSize: tc.pool})
 			t.Cleanup(func() { c.Close() })
 			cs = append(cs, c)
 		}

@@ -87,19 +87,61 @@ func (fencing) apply(c *config) { c.fencing = true }
 // Counters never expire: one small key per lock key per master. Default off.
 func WithFencing() Option { return fencing{} }
 
-// An ObtainOption configures one [Client.Obtain].
+// An ObtainOption configures one call: how [Client.Obtain] retries
+// ([WithRetry]), and how [Client.Do], [Lock.Do] and [Lock.KeepAlive] keep
+// the lock ([WithRenewEvery], [WithMaxHold]). An option the call does not
+// use is an error matching [ErrInvalidArgument], not silently ignored.
 type ObtainOption interface{ applyObtain(*obtainConfig) }
 
 type obtainConfig struct {
-	retry      RetryStrategy
+	retry      RetryStrategy // NoRetry unless set
+	retrySet   bool
 	renewEvery time.Duration // 0: ttl/3
 	maxHold    time.Duration // 0: no cap
 }
 
+// The calls that take ObtainOptions, by what they use.
+type optionUse uint8
+
+const (
+	forObtain   optionUse = 1 << iota // WithRetry
+	forWatchdog                       // WithRenewEvery, WithMaxHold
+)
+
+// obtainOptions applies opts for a call that uses what use says.
+func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
+	oc := obtainConfig{retry: noRetry{}}
+	for _, o := range opts {
+		if o == nil {
+			return oc, invalid("nil option")
+		}
+		o.applyObtain(&oc)
+	}
+	if oc.retrySet {
+		if use&forObtain == 0 {
+			return oc, invalid("WithRetry applies to Obtain and Do, which wait for the lock; this call does not")
+		}
+		if err := checkStrategy(oc.retry); err != nil {
+			return oc, err
+		}
+	}
+	if (oc.renewEvery != 0 || oc.maxHold != 0) && use&forWatchdog == 0 {
+		return oc, invalid("WithRenewEvery and WithMaxHold apply to Do and KeepAlive, which renew the lock; Obtain does not")
+	}
+	return oc, nil
+}
+
 // checkWatchdog validates the options of Do and KeepAlive for a lock of ttl.
-func (c *obtainConfig) checkWatchdog(ttl time.Duration) error {
+func (c *obtainConfig) checkWatchdog(ttl time.Duration, cfg *config) error {
 	if c.renewEvery < 0 || c.renewEvery >= ttl {
 		return invalid("renewal interval must be in (0, ttl %v), got %v", ttl, c.renewEvery)
+	}
+	// The first renewal starts after renewEvery and may take a node
+	// timeout (a third of the validity at most, for huge node timeouts);
+	// it must end before the validity does, or holds are lost on healthy
+	// masters.
+	if valid, margin := ttl-cfg.drift(ttl), renewMargin(ttl, cfg); c.renewEvery > 0 && c.renewEvery+margin >= valid {
+		return invalid("renewal interval %v leaves %v before the validity of a %v TTL ends (%v), less than the %v a renewal may take: renew at most every %v", c.renewEvery, max(0, valid-c.renewEvery), ttl, valid, margin, max(0, valid-margin-time.Millisecond))
 	}
 	if c.maxHold < 0 {
 		return invalid("max hold time must be > 0, got %v", c.maxHold)
@@ -107,9 +149,15 @@ func (c *obtainConfig) checkWatchdog(ttl time.Duration) error {
 	return nil
 }
 
+// renewMargin is the time a renewal of a lock of ttl must be given before
+// its validity ends: a node timeout, capped at a third of the validity.
+func renewMargin(ttl time.Duration, cfg *config) time.Duration {
+	return min(cfg.timeout(ttl), (ttl-cfg.drift(ttl))/3)
+}
+
 type withRetry struct{ s RetryStrategy }
 
-func (w withRetry) applyObtain(c *obtainConfig) { c.retry = w.s }
+func (w withRetry) applyObtain(c *obtainConfig) { c.retry, c.retrySet = w.s, true }
 
 // WithRetry sets how Obtain retries after a failed attempt. Default
 // [NoRetry]: one attempt. Retries never outlast the context's deadline.
@@ -119,9 +167,12 @@ type renewEvery time.Duration
 
 func (d renewEvery) applyObtain(c *obtainConfig) { c.renewEvery = positive(time.Duration(d)) }
 
-// WithRenewEvery sets how often [Client.Do] and [Lock.KeepAlive] renew the
-// lock. Default ttl/3; must be > 0 and below the TTL. After a failed renewal
-// the watchdog retries sooner, until the validity runs out. Obtain ignores it.
+// WithRenewEvery sets how often [Client.Do], [Lock.Do] and [Lock.KeepAlive]
+// renew the lock. Default ttl/3. It must be > 0 and leave a renewal time to
+// complete before the validity ends: at most ttl minus the drift allowance
+// minus a node timeout (a third of the validity at most). After a failed
+// renewal the watchdog retries sooner, until the validity runs out.
+// [Client.Obtain] refuses it.
 func WithRenewEvery(d time.Duration) ObtainOption { return renewEvery(d) }
 
 type maxHold time.Duration
@@ -132,7 +183,7 @@ func (d maxHold) applyObtain(c *obtainConfig) { c.maxHold = positive(time.Durati
 // lock: once d has passed since the lock was obtained, renewals stop and the
 // work context is cancelled with a cause matching [ErrLockLost], so a stuck
 // worker cannot hold a lock forever (the Redis documentation's liveness
-// advice). Default: no cap; must be > 0. Obtain ignores it.
+// advice). Default: no cap; must be > 0. [Client.Obtain] refuses it.
 func WithMaxHold(d time.Duration) ObtainOption { return maxHold(d) }
 
 // positive maps d <= 0 to -1, which the checks reject (0 means "default").

@@ -7,11 +7,38 @@
 // it impossible: a holder that pauses past its lease (a GC pause, a frozen
 // VM), a master that restarts without persistence, or a clock that jumps can
 // let two holders overlap. When correctness depends on the lock, the resource
-// must refuse a stale holder itself: check a fencing token, use a database
-// constraint or a conditional update, or use a consensus store (etcd,
-// ZooKeeper).
+// must refuse a stale holder itself: check a fencing token ([WithFencing],
+// [FencedWrite]), use a database constraint or a conditional update, or use
+// a consensus store (etcd, ZooKeeper).
+//
+// # Which call
+//
+//   - [Client.Do] for most work: it obtains the lock, renews it while fn
+//     runs, cancels fn's context the moment the lock can no longer be
+//     trusted, and releases it when fn returns.
+//   - [Client.Obtain], then [Lock.Do], when the work needs the lock itself:
+//     its [Lock.Fence] for the resource, its token or validity.
+//   - [Client.Obtain] and [Lock.Release] to try once and hold briefly,
+//     within the TTL; [Lock.Extend] to ask for more time by hand.
+//   - [Lock.KeepAlive] when the lock outlives a function call (a leader that
+//     holds it until shutdown): stop it, then Release.
+//   - [Client.Attach] to take over a lock held under a token elsewhere;
+//     [Client.Inspect] to see who holds a key.
+//
+// A failed Obtain (or Do) matches [ErrNotObtained] and exactly one of
+// [ErrTaken] (another owner holds it: skip the work) or [ErrUnavailable]
+// (too few masters answered: an outage, not a reason to skip quietly). A
+// lock lost while held matches [ErrLockLost]. Waits end with the context,
+// whose cause the error wraps, and with [Client.Close].
+//
+// Locks are not reentrant: a second Obtain of a key by the same process,
+// even the same goroutine, waits or fails like anyone else's. Each Obtain
+// gets a fresh random token, and only the handle that holds it can extend or
+// release the lock.
 //
 // A [Client] is safe for concurrent use by many goroutines; so is a [Lock].
+// The package redlocktest runs a real Client over in-process masters, with
+// the faults a test of your code needs.
 package redlock
 
 import (
@@ -54,9 +81,30 @@ type Client struct {
 // New returns a Client for the Redlock algorithm over N independent masters:
 // a lock is held when a quorum of N/2+1 masters granted it within its
 // validity. Each master is any go-redis client: a standalone server, a
-// Sentinel failover client or a whole Redis Cluster. The masters must be
-// independent (not replicas of each other) and distinct; New never closes
-// them.
+// Sentinel failover client or a whole Redis Cluster (not a *redis.Ring, whose
+// keys move between shards). The masters must be independent (not replicas
+// of each other) and distinct: two clients of one server and database are
+// refused. New never closes them.
+//
+// What the library needs from the masters' clients:
+//   - MaxRetries: -1. go-redis otherwise retries a command that timed out;
+//     a retried acquire can find its own key and report the lock taken.
+//   - ContextTimeoutEnabled: true, so that a request's deadline also bounds
+//     its socket read. Without it the client's ReadTimeout does: calls still
+//     return at their node timeout, but a frozen master holds its connection
+//     that long, and requests behind it fail at once.
+//   - Connections: the Client keeps one connection of each standalone
+//     master's pool per lane (one lane per master; up to four for a single
+//     master, a quarter of its PoolSize at most) for as long as it is open,
+//     and turns it every few seconds while in steady use. A Cluster master
+//     uses its pool per request.
+//   - Hooks run for every command the Client sends; a hook must not keep a
+//     command after it returns (commands are reused).
+//   - CLIENT ID and CLIENT KILL allowed to the client's user (the defaults):
+//     a connection given up with requests in flight is killed before the
+//     next request of its lane goes out, so one lock's requests keep their
+//     order. Without them, order across a replaced connection rests on the
+//     masters' clocks (see [Lock.Extend]).
 //
 // The lock is an efficiency lock: it makes duplicate work rare, not
 // impossible (see the package doc). Use fencing tokens checked by the
@@ -69,9 +117,15 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if m == nil {
 			return nil, invalid("master %d is nil", i)
 		}
+		if _, ok := m.(*redis.Ring); ok {
+			return nil, invalid("master %d is a *redis.Ring: a Ring moves keys between its shards when one leaves, which would hand a held lock's key to a shard that never saw it; use a Redis Cluster, or each shard as a master of its own", i)
+		}
 		for j := range i {
 			if masters[j] == m {
 				return nil, invalid("masters %d and %d are the same client", j, i)
+			}
+			if a, b := serverOf(masters[j]), serverOf(m); a != "" && a == b {
+				return nil, invalid("masters %d and %d are clients of the same server (%s): a quorum needs independent masters", j, i, a)
 			}
 		}
 	}
@@ -87,8 +141,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{})}
 	for i, m := range masters {
-		switch m.(type) {
-		case *redis.ClusterClient, *redis.Ring:
+		if _, ok := m.(*redis.ClusterClient); ok {
 			c.sharded = true
 		}
 		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.requests, &c.wg))
@@ -121,46 +174,34 @@ func (c *Client) Close() error {
 }
 
 // Obtain takes the lock on key for ttl and returns it, or an error matching
-// [ErrNotObtained] with each master's answer in a [*QuorumError].
+// [ErrNotObtained] and exactly one of [ErrTaken] (other owners' refusals
+// alone rule out a quorum) or [ErrUnavailable] (too few masters answered),
+// with each master's answer in a [*QuorumError].
 //
 // Each attempt sends the acquire to every master at once and decides as
-// soon as a quorum has granted it or can no longer do so; the lock's
-// validity is ttl minus the time the attempt took minus the drift allowance.
-// A failed attempt releases the key on every master that did not answer
-// "held by another owner". Further attempts follow [WithRetry] (default: one
-// attempt) and never outlast ctx's deadline.
+// soon as a quorum has granted it or the outcome is otherwise known; the
+// lock's validity is ttl minus the time the attempt took minus the drift
+// allowance. A failed attempt releases the key on every master that did not
+// answer "held by another owner". Further attempts follow [WithRetry]
+// (default: one attempt); the wait ends with ctx, with its cause wrapped in
+// the error, and with [Client.Close] (the error then matches [ErrClosed]).
+// When ctx cut the last attempt short, the error is the one before's, which
+// says more (who holds the lock).
 //
 // A TTL with a fraction of a millisecond is rounded up. Invalid input (an
 // empty key, a TTL under 1 ms or not above the drift allowance, a nil
-// context) returns an error matching [ErrInvalidArgument] before any request
-// is sent.
+// context, an option Obtain does not take) returns an error matching
+// [ErrInvalidArgument] before any request is sent.
 func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
 		return nil, err
 	}
-	oc, err := obtainOptions(opts)
+	oc, err := obtainOptions(opts, forObtain)
 	if err != nil {
 		return nil, err
 	}
 	return c.obtain(ctx, key, ttl, oc)
-}
-
-func obtainOptions(opts []ObtainOption) (obtainConfig, error) {
-	if len(opts) == 0 {
-		return obtainConfig{retry: noRetry}, nil
-	}
-	oc := obtainConfig{retry: noRetry}
-	for _, o := range opts {
-		if o == nil {
-			return oc, invalid("nil obtain option")
-		}
-		o.applyObtain(&oc)
-	}
-	if oc.retry == nil {
-		return oc, invalid("nil retry strategy")
-	}
-	return oc, oc.retry.check()
 }
 
 // obtain is Obtain after validation.
@@ -168,30 +209,29 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 	var timer *time.Timer
 	var last error
 	for n := 1; ; n++ {
-		if last != nil && ctx.Err() != nil {
-			// The wait ended with the context: report the last attempt,
-			// with its masters' answers.
-			return nil, fmt.Errorf("%w: %w", last, context.Cause(ctx))
-		}
 		lock, err := c.attempt(ctx, key, ttl)
 		if err == nil {
 			return lock, nil
 		}
-		if last != nil && !answered(err) {
-			// The deadline cut this attempt short before any master
-			// answered: the one before says more (who holds the lock).
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w: %w", last, context.Cause(ctx))
+		if cause := ended(ctx); cause != nil || c.closed.Load() {
+			if last != nil && !errors.Is(err, ErrTaken) {
+				// The context or Close cut this attempt short: the one
+				// before says more (who holds the lock).
+				err = last
 			}
-			err = last
+			if cause != nil {
+				return nil, wrapCause(err, cause)
+			}
+			return nil, wrapCause(err, ErrClosed)
 		}
 		last = err
-		wait, ok := oc.retry.wait(n)
+		wait, ok := oc.retry.NextWait(n, err)
 		if !ok {
 			return nil, err
 		}
 		if d, has := ctx.Deadline(); has && time.Until(d) < wait {
-			return nil, err // the next attempt could not start before the deadline
+			// The next attempt could not start before the deadline.
+			return nil, wrapCause(err, context.DeadlineExceeded)
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -201,25 +241,33 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", err, context.Cause(ctx))
+			return nil, wrapCause(err, context.Cause(ctx))
+		case <-c.closing:
+			return nil, wrapCause(err, ErrClosed)
 		case <-timer.C:
 		}
 	}
 }
 
-// answered reports whether any master answered the attempt that failed with
-// err.
-func answered(err error) bool {
-	var qe *QuorumError
-	if !errors.As(err, &qe) {
-		return false
+// ended returns why ctx ended, or nil. A deadline that has passed counts
+// even before ctx's own timer has fired.
+func ended(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
-	for _, n := range qe.Nodes {
-		if !errors.Is(n.Err, errNoReply) {
-			return true
-		}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
 	}
-	return false
+	return nil
+}
+
+// wrapCause adds to err why the wait for the lock ended, unless err
+// already says it.
+func wrapCause(err, cause error) error {
+	if errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, unprefixed{cause})
 }
 
 // check validates what every lock operation takes, and rounds ttl up to a
@@ -259,8 +307,11 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 
 // attempt makes one try at the lock.
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotObtained, context.Cause(ctx))
+	if ctx.Err() != nil {
+		rd := c.round()
+		defer rd.done()
+		rd.expire(context.Cause(ctx))
+		return nil, c.quorumError("obtain", rd, ErrNotObtained)
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
@@ -270,7 +321,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 		kind, ckey = opAcquireFenced, counterKey(full)
 	}
 	l.op = newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
-	rd := c.fanout(ctx, l.op, start, timeout)
+	rd := c.fanout(ctx, l.op, start.Add(timeout), timeout)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
 		l.fence = c.raise(ctx, rd, l, timeout)
@@ -336,6 +387,21 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 		}
 	}
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
+}
+
+// serverOf names the server behind a standalone client, by address and
+// database, for telling duplicate masters apart; "" when it cannot tell (a
+// Sentinel or Cluster client).
+func serverOf(rdb redis.UniversalClient) string {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return ""
+	}
+	o := c.Options()
+	if o.Addr == "" || o.Addr == "FailoverClient" {
+		return ""
+	}
+	return fmt.Sprintf("%s %s db %d", o.Network, o.Addr, o.DB)
 }
 
 // newToken returns 128 random bits from crypto/rand, URL-safe base64.

@@ -84,8 +84,22 @@ func TestObtainReleaseMini(t *testing.T) {
 				}
 				return nil
 			})
-			if err := l.Release(ctx); !errors.Is(err, ErrLockLost) {
-				t.Fatalf("second Release: %v, want ErrLockLost", err)
+			// A second Release of the same handle (a deferred one after an
+			// explicit one) is no alarm.
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("second Release: %v, want nil", err)
+			}
+			// A stranger's key under the same name is not touched by it.
+			for _, m := range ms {
+				m.Set("lock:k", "stranger")
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("third Release: %v, want nil", err)
+			}
+			for i, m := range ms {
+				if got, _ := m.Get("lock:k"); got != "stranger" {
+					t.Fatalf("master %d: a released handle's Release touched a stranger's key (%q)", i, got)
+				}
 			}
 			if err := l.Extend(ctx, time.Second); !errors.Is(err, ErrLockLost) {
 				t.Fatalf("Extend after Release: %v, want ErrLockLost", err)
@@ -113,12 +127,14 @@ func TestQuorumEveryState(t *testing.T) {
 		}
 		for combo := range combos {
 			state := make([]int, n)
-			nfree := 0
+			nfree, ntaken := 0, 0
 			for i, x := 0, combo; i < n; i, x = i+1, x/3 {
 				state[i] = x % 3
 				switch state[i] {
 				case free:
 					nfree++
+				case taken:
+					ntaken++
 				}
 			}
 			key := fmt.Sprintf("q%d-%d", n, combo)
@@ -154,6 +170,12 @@ func TestQuorumEveryState(t *testing.T) {
 				var qe *QuorumError
 				if !errors.As(err, &qe) || !errors.Is(err, ErrNotObtained) || qe.Quorum != q {
 					t.Fatalf("N=%d state %v: error %v", n, state, err)
+				}
+				// Exactly one outcome: taken when the stranger's refusals
+				// alone rule out a quorum, else unavailable.
+				isTaken, isUnavailable := errors.Is(err, ErrTaken), errors.Is(err, ErrUnavailable)
+				if isTaken == isUnavailable || isTaken != (ntaken > n-q) {
+					t.Fatalf("N=%d state %v: taken %v unavailable %v (error %v)", n, state, isTaken, isUnavailable, err)
 				}
 				continue
 			}

@@ -5,32 +5,57 @@ import (
 	"time"
 )
 
-// A RetryStrategy says how long to wait before each further attempt of
-// [Client.Obtain]. Strategies are immutable values without per-call state:
-// one may be shared by any number of concurrent calls. Every strategy stops
-// at the context's deadline: a wait that would end past it is not started.
+// A RetryStrategy says whether and how long to wait before each further
+// attempt of [Client.Obtain] (and [Client.Do]). Implement it to retry your
+// own way; the built-ins ([LinearBackoff], [ExponentialBackoff],
+// [LimitRetry], [NoRetry]) are ordinary implementations.
+//
+// A strategy is called by many Obtains at once: keep it free of per-call
+// state (the attempt number and the last error come as arguments), so that
+// one value may be shared. Whatever it answers, Obtain never waits past its
+// context's deadline (a wait that would end after it is not started) nor
+// after [Client.Close].
 type RetryStrategy interface {
-	// wait returns the pause before attempt n+1, given n attempts made
-	// (n >= 1), and false when no further attempt is allowed.
-	wait(n int) (time.Duration, bool)
-	check() error
+	// NextWait returns the pause before the next attempt, given the number
+	// of attempts made so far (1 after the first) and the error the last
+	// one failed with (it matches [ErrNotObtained], and [ErrTaken] or
+	// [ErrUnavailable]); false stops retrying, and Obtain returns that
+	// error.
+	NextWait(attempts int, last error) (time.Duration, bool)
+}
+
+// checker is implemented by strategies whose parameters can be wrong;
+// Obtain checks them before any request.
+type checker interface{ check() error }
+
+func checkStrategy(s RetryStrategy) error {
+	if s == nil {
+		return invalid("nil retry strategy")
+	}
+	if c, ok := s.(checker); ok {
+		return c.check()
+	}
+	return nil
 }
 
 // NoRetry makes one attempt. It is the default.
-func NoRetry() RetryStrategy { return noRetry }
+func NoRetry() RetryStrategy { return noRetry{} }
 
-var noRetry RetryStrategy = limit{s: linear(0), attempts: 1} // immutable
+type noRetry struct{}
+
+func (noRetry) NextWait(int, error) (time.Duration, bool) { return 0, false }
 
 // LinearBackoff retries after about d each time: every wait is drawn
 // uniformly from [d/2, 3d/2), so contenders that failed together do not
-// retry together. It retries until the context ends; wrap it in
-// [LimitRetry] to bound the attempts. d must be > 0.
+// retry together. It retries until the context ends, which for a context
+// without a deadline means until the lock is obtained or the Client
+// closes; bound it with a deadline or with [LimitRetry]. d must be > 0.
 func LinearBackoff(d time.Duration) RetryStrategy { return linear(d) }
 
 // ExponentialBackoff retries after waits that double from min up to max,
-// each drawn uniformly from [w/2, w) for the current step w. It retries until
-// the context ends; wrap it in [LimitRetry] to bound the attempts.
-// It requires 0 < min <= max.
+// each drawn uniformly from [w/2, w) for the current step w. Like
+// [LinearBackoff] it retries until the context ends. It requires 0 < min
+// <= max.
 func ExponentialBackoff(min, max time.Duration) RetryStrategy { return exponential{min, max} }
 
 // LimitRetry bounds s to attempts in all, the first one included:
@@ -42,7 +67,7 @@ func LimitRetry(s RetryStrategy, attempts int) RetryStrategy {
 
 type linear time.Duration
 
-func (d linear) wait(int) (time.Duration, bool) {
+func (d linear) NextWait(int, error) (time.Duration, bool) {
 	return jitter(time.Duration(d)/2, time.Duration(d)), true
 }
 
@@ -55,7 +80,7 @@ func (d linear) check() error {
 
 type exponential struct{ min, max time.Duration }
 
-func (e exponential) wait(n int) (time.Duration, bool) {
+func (e exponential) NextWait(n int, _ error) (time.Duration, bool) {
 	w := e.min
 	for i := 1; i < n && w < e.max; i++ {
 		w *= 2
@@ -76,11 +101,11 @@ type limit struct {
 	attempts int
 }
 
-func (l limit) wait(n int) (time.Duration, bool) {
+func (l limit) NextWait(n int, last error) (time.Duration, bool) {
 	if n >= l.attempts {
 		return 0, false
 	}
-	return l.s.wait(n)
+	return l.s.NextWait(n, last)
 }
 
 func (l limit) check() error {
@@ -93,7 +118,7 @@ func (l limit) check() error {
 	if l.attempts == 1 {
 		return nil // the inner strategy is never asked
 	}
-	return l.s.check()
+	return checkStrategy(l.s)
 }
 
 // jitter returns base plus a uniform draw from [0, spread).

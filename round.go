@@ -74,16 +74,14 @@ func (c *Client) send(i int, o *op, rd *round) {
 
 // fanout sends o to every master at once and collects replies until the
 // outcome is decided: a quorum agreed, or refusals and failures leave too
-// few masters to reach one, or the node timeout (from start, about now) or
+// few masters to reach one, or the deadline (capped at ctx's) passed, or
 // ctx ended. Requests still in flight then finish in the background. The
-// caller calls rd.done.
-func (c *Client) fanout(ctx context.Context, o op, start time.Time, timeout time.Duration) *round {
+// caller calls rd.done. timeout is the node timeout, for error messages.
+func (c *Client) fanout(ctx context.Context, o op, deadline time.Time, timeout time.Duration) *round {
 	rd := c.round()
-	o.deadline = start.Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(o.deadline) {
-		o.deadline = d
-	}
+	o.deadline = capDeadline(ctx, deadline)
 	o.done = ctx.Done()
+	o.inline = o.done == nil
 	for i := range c.nodes {
 		c.send(i, &o, rd)
 	}
@@ -91,9 +89,18 @@ func (c *Client) fanout(ctx context.Context, o op, start time.Time, timeout time
 	return rd
 }
 
+// capDeadline returns the earlier of deadline and ctx's deadline.
+func capDeadline(ctx context.Context, deadline time.Time) time.Time {
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		return d
+	}
+	return deadline
+}
+
 // collect reads up to pending replies into rd, and stops early when decided
-// is set and the quorum is reached or out of reach, or at the deadline, or
-// when ctx ends; the masters still silent then get an error saying so.
+// is set and the outcome is known (a quorum agreed, the lock is taken, or
+// the masters are unavailable), or at the deadline, or when ctx ends; the
+// masters still silent then get an error saying so.
 func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline time.Time, timeout time.Duration, decided bool) {
 	n, q := len(c.nodes), c.quorum
 	var t *time.Timer
@@ -104,7 +111,10 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 		}
 	}()
 	for ; pending > 0; pending-- {
-		if decided && (rd.ok >= q || rd.refused+rd.failed > n-q) {
+		// Decided: a quorum agreed; or other owners' refusals alone rule
+		// one out (the lock is taken); or failures rule one out and the
+		// masters still silent could not make it "taken" any more.
+		if decided && (rd.ok >= q || rd.refused > n-q || (rd.refused+rd.failed > n-q && rd.refused+pending <= n-q)) {
 			return
 		}
 		var r reply

@@ -8,7 +8,7 @@ package redlock
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
-var scripts = [...]*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript}
+var scripts = [...]*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it, each also
 // boxed once as a command argument, so that building a command allocates
@@ -39,25 +39,37 @@ return 0
 
 // extendScript resets the lock's TTL if we still own it, and re-takes the key
 // where it has vanished (a restart or an eviction), so the quorum does not
-// erode. The caller never extends a lock whose validity has run out, so a
-// lapsed lock is not revived.
+// erode, but only until the re-take deadline by the master's clock: a
+// request that arrives later (delayed on the network, or queued behind a
+// frozen master) finds the caller gone, and the lock's validity maybe over
+// and the key held and released by another owner since, so it must not
+// revive the lock. The deadline is the client's wall clock: the guard
+// assumes the two clocks agree to within the validity; when they do not,
+// re-takes are refused early (or late), and the client, which never counts
+// a reply that came after its deadline, is not misled either way.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
-//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner
+//	ARGV[3]  re-take deadline, Unix time in milliseconds
+//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
+//	         -1 absent and past the re-take deadline
 var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
 if v == false then
+	local t = redis.call('TIME')
+	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[3]) then
+		return -1
+	end
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 	return 2
 end
 return 0
 `,
-	"818145b6935858b8e3292869f97640e08a749a20")
+	"a2e192f2e82381715cf385c628528b8a906720cc")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -102,13 +114,19 @@ return 1
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
 //	ARGV[3]  the lock's fence
-//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner
+//	ARGV[4]  re-take deadline, Unix time in milliseconds
+//	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
+//	         -1 absent and past the re-take deadline
 var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
 if v == false then
+	local t = redis.call('TIME')
+	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[4]) then
+		return -1
+	end
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 	if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
 		redis.call('SET', KEYS[2], ARGV[3])
@@ -117,20 +135,45 @@ if v == false then
 end
 return 0
 `,
-	"29d40bf18ece37eea5622471ca1d4784f394113d")
+	"0ddc0623f87d9e95bc42378671727d6315178a94")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
-// not lower than the highest fence the resource has seen.
+// not lower than the highest fence the resource has seen. Fences are
+// compared as decimal strings (by length, then digit by digit), never as Lua
+// numbers, which are doubles: above 2^53 those would take a lower fence for
+// an equal one. A stored fence that is not a decimal int64 ("nan", "1e3",
+// "0x10", "-1", leading zeros) is an error, never a pass.
 //
 //	KEYS[1]  the resource: a hash with fields "value" and "fence"
-//	ARGV[1]  the writer's fence
+//	ARGV[1]  the writer's fence, a decimal int64 >= 1 without leading zeros
 //	ARGV[2]  the value
 //	returns  {1, fence} written, {0, highest fence seen} refused as stale
-var fencedWriteScript = newScript(`local high = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < high then
-	return {0, high}
+//	         (both as decimal strings); an error reply for a malformed
+//	         stored fence
+var fencedWriteScript = newScript(`local high = redis.call('HGET', KEYS[1], 'fence')
+local f = ARGV[1]
+if high then
+	if not (high == '0' or (string.match(high, '^[1-9][0-9]*$') and (#high < 19 or (#high == 19 and high <= '9223372036854775807')))) then
+		return redis.error_reply('redlock: the resource holds fence "' .. high .. '", which is not a decimal int64')
+	end
+	if #f < #high or (#f == #high and f < high) then
+		return {0, high}
+	end
 end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return {1, tonumber(ARGV[1])}
+redis.call('HSET', KEYS[1], 'fence', f, 'value', ARGV[2])
+return {1, f}
 `,
-	"070fa103a56999ecf54acc6cd4e0ad3462f2d071")
+	"3c70713baab2d309524435f329015c9532e4b5ce")
+
+// inspectScript reads a lock key's holder, its TTL left and its fence
+// counter at one instant.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  fence counter
+//	returns  {token or "", PTTL in ms (-2 absent, -1 no expiry), counter or ""}
+var inspectScript = newScript(`local v = redis.call('GET', KEYS[1])
+local t = redis.call('PTTL', KEYS[1])
+local f = redis.call('GET', KEYS[2])
+return {v or '', t, f or ''}
+`,
+	"acf7bb8f3516eaf59cba22e53619746764ed5eb7")

@@ -10,7 +10,9 @@ import (
 
 // Do obtains the lock on key (retrying per opts), runs fn while a watchdog
 // renews the lock, and releases it when fn returns, also when fn panics
-// (then Do panics again with the same value).
+// (then Do panics again with the same value). It is [Client.Obtain]
+// followed by [Lock.Do]; use those two when fn needs the lock itself (its
+// fence, token or validity).
 //
 // fn's context is cancelled, with a [context.Cause] matching [ErrLockLost],
 // the moment the lock can no longer be trusted: a renewal is refused
@@ -29,23 +31,24 @@ import (
 //
 // Do returns fn's error. When the lock was lost while fn ran, or Release
 // found it lost, the error also matches ErrLockLost. If the lock is not
-// obtained, fn is not called and the error matches [ErrNotObtained]. When
-// [Client.Close] runs during Do, fn's context is cancelled with a cause
-// matching [ErrClosed] and Close waits for Do to finish. No goroutine of Do
-// outlives it.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) (err error) {
-	ttl, err = c.check(ctx, key, ttl)
+// obtained, fn is not called and the error matches [ErrNotObtained] (and
+// [ErrTaken] or [ErrUnavailable]). When [Client.Close] runs during Do, a
+// wait for the lock ends and fn's context is cancelled, with errors
+// matching [ErrClosed], and Close waits for Do to finish. No goroutine of
+// Do outlives it.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) error {
+	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
 		return err
 	}
 	if fn == nil {
 		return invalid("nil fn")
 	}
-	oc, err := obtainOptions(opts)
+	oc, err := obtainOptions(opts, forObtain|forWatchdog)
 	if err != nil {
 		return err
 	}
-	if err := oc.checkWatchdog(ttl); err != nil {
+	if err := oc.checkWatchdog(ttl, &c.cfg); err != nil {
 		return err
 	}
 	if !c.enter() {
@@ -56,12 +59,54 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
-	wctx, stop := lock.keepAlive(ctx, ttl, oc, nil)
+	return lock.do(ctx, ttl, oc, fn)
+}
+
+// Do runs fn while a watchdog renews l, and releases l when fn returns,
+// also when fn panics (then Do panics again with the same value): what
+// [Client.Do] does once it holds the lock, for a lock from
+// [Client.Obtain], so that fn can use it (pass [Lock.Fence] to the
+// resource, say). fn's context, the renewals, [WithRenewEvery],
+// [WithMaxHold], Close and the error returned are as for [Client.Do].
+//
+// Call it once per lock, from the goroutine that obtained it. When l's
+// validity has already run out, or l was released, fn is not called and
+// the error matches [ErrLockLost].
+func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...ObtainOption) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if fn == nil {
+		return invalid("nil fn")
+	}
+	oc, err := obtainOptions(opts, forWatchdog)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
+		return err
+	}
+	if !l.c.enter() {
+		return ErrClosed
+	}
+	defer l.c.dos.Done()
+	if l.released.Load() || l.Validity() == 0 {
+		return fmt.Errorf("%w: the lock was released or its validity ran out before Do", ErrLockLost)
+	}
+	return l.do(ctx, ttl, oc, fn)
+}
+
+// do runs fn under a watchdog renewing l for ttl at a time, and releases l.
+func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, fn func(ctx context.Context) error) (err error) {
+	wctx, stop := l.keepAlive(ctx, ttl, oc, nil)
 	defer func() {
 		p := recover()
 		stop()
 		// Release even when ctx is done; it is bounded by the node timeout.
-		rerr := lock.release(context.WithoutCancel(ctx))
+		rerr := l.release(context.WithoutCancel(ctx))
 		if cause := context.Cause(wctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
 			err = join(err, cause)
 		} else if errors.Is(rerr, ErrLockLost) {
@@ -80,30 +125,33 @@ func join(err, also error) error {
 	if err == nil || errors.Is(err, also) {
 		return also
 	}
-	return fmt.Errorf("%w (%w)", err, also)
+	return fmt.Errorf("%w (%w)", err, unprefixed{also})
 }
 
 // KeepAlive renews l in the background until stop is called, and returns a
 // context derived from ctx that is cancelled, with a [context.Cause]
 // matching [ErrLockLost], the moment the lock can no longer be trusted (see
-// [Client.Do]). It takes [WithRenewEvery] and [WithMaxHold]. stop ends the
-// renewals and returns once the watchdog's goroutine has ended; it does not
-// release the lock, cancels the returned context, and is safe to call more
-// than once. [Client.Close] ends the watchdog too (the context's cause then
-// matches [ErrClosed]). Options that are not
-// valid return an error matching [ErrInvalidArgument].
+// [Client.Do]). Use it when the lock outlives a function call; otherwise
+// [Lock.Do] does the same and releases the lock for you. It takes
+// [WithRenewEvery] and [WithMaxHold]. stop ends the renewals and returns
+// once the watchdog's goroutine has ended; it does not release the lock,
+// cancels the returned context, and is safe to call more than once. Call
+// stop, then [Lock.Release]; a Release while the watchdog runs also ends
+// it, with a cause that does not match ErrLockLost. [Client.Close] ends the
+// watchdog too (the context's cause then matches [ErrClosed]). Options that
+// are not valid return an error matching [ErrInvalidArgument].
 func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Context, func(), error) {
 	if ctx == nil {
 		return nil, nil, invalid("nil context")
 	}
-	oc, err := obtainOptions(opts)
+	oc, err := obtainOptions(opts, forWatchdog)
 	if err != nil {
 		return nil, nil, err
 	}
 	l.mu.Lock()
 	ttl := l.ttl
 	l.mu.Unlock()
-	if err := oc.checkWatchdog(ttl); err != nil {
+	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
 		return nil, nil, err
 	}
 	if !l.c.enter() {
@@ -173,6 +221,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		defer ct.Stop()
 		capped = ct.C
 	}
+	var last error // the last renewal's error, while renewals fail
 	for {
 		select {
 		case <-w.base.Done():
@@ -187,31 +236,55 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			return
 		case <-t.C:
 		}
+		if l.released.Load() {
+			w.lost(errReleased)
+			return
+		}
 		v := l.Validity()
 		if v == 0 {
-			w.lost(fmt.Errorf("%w: renewals failed until the validity ran out", ErrLockLost))
+			w.lost(ranOut(last))
 			return
+		}
+		if !l.mu.TryLock() {
+			// An Extend or a Release of the caller's holds the lock: look
+			// again soon, and at the validity's end at the latest, so the
+			// work is told on time whatever that call does.
+			t.Reset(min(w.every/4+time.Millisecond, v))
+			continue
 		}
 		// The renewal may not outlast the validity: if it hangs, the work
 		// is told at the validity's end, not when the renewal gives up.
 		rctx, cancel := context.WithTimeout(w.base, v)
-		err := l.extend(rctx, w.ttl)
+		err := l.extendLocked(rctx, w.ttl)
+		l.mu.Unlock()
 		cancel()
 		switch {
 		case err == nil:
+			last = nil
 			t.Reset(w.next(w.every))
 		case errors.Is(err, ErrLockLost):
 			w.lost(err)
 			return
-		case l.Validity() == 0:
-			w.lost(fmt.Errorf("%w: renewals failed until the validity ran out: %w", ErrLockLost, err))
-			return
 		default:
 			// Masters did not answer: retry sooner, and wake at the
 			// validity's end at the latest.
+			last = err
 			t.Reset(min(w.every/4+time.Millisecond, l.Validity()))
 		}
 	}
+}
+
+// errReleased is the cause of a watchdog's context when the caller released
+// the lock before stopping the watchdog.
+var errReleased = errors.New("redlock: lock released")
+
+// ranOut says why the watchdog let the validity run out: renewals that
+// failed with last, or none that completed in time.
+func ranOut(last error) error {
+	if last != nil {
+		return fmt.Errorf("%w: renewals failed until the validity ran out: %w", ErrLockLost, unprefixed{last})
+	}
+	return fmt.Errorf("%w: the validity ran out before a renewal completed (was the process paused?)", ErrLockLost)
 }
 
 // next returns the wait before a renewal due in d, rounded down to a grid

@@ -33,6 +33,7 @@ type ceiling struct {
 	EvalshaRPS   float64      `json:"evalsha_release_per_sec"`
 	CyclesPerSec float64      `json:"cycles_per_sec"` // one SET plus one EVALSHA per cycle: 1/(1/set + 1/evalsha)
 	Runs         []ceilingRun `json:"runs,omitempty"`
+	keys         string       // redis-benchmark's keys start with it
 }
 
 // A ceilingRun is one measurement; Repeat is -1 when it was not taken within a cell's repeat.
@@ -65,8 +66,12 @@ func (c *ceiling) forRepeat(rp int) float64 {
 
 // newCeiling prepares the measurement on master 0: it finds redis-benchmark
 // (or records why it is skipped) and loads the release script.
-func newCeiling(ctx context.Context, ms *masterSet, clients, pipeline, requests int) (*ceiling, error) {
-	c := &ceiling{Clients: clients, Pipeline: pipeline, Requests: requests}
+func newCeiling(ctx context.Context, ms *masterSet, clients, pipeline, requests int, keys string) (*ceiling, error) {
+	c := &ceiling{Clients: clients, Pipeline: pipeline, Requests: requests, keys: keys}
+	if !ms.owned {
+		c.Skipped = "only on servers the harness started"
+		return c, nil
+	}
 	if _, err := exec.LookPath("redis-benchmark"); err != nil {
 		c.Skipped = "redis-benchmark not found (Debian: apt-get install redis-tools)"
 		return c, nil
@@ -84,16 +89,17 @@ func newCeiling(ctx context.Context, ms *masterSet, clients, pipeline, requests 
 // releases find a key to delete). Requests equals the key range.
 func (c *ceiling) measure(ctx context.Context, ms *masterSet, repeat int) (ceilingRun, error) {
 	r := ceilingRun{Repeat: repeat}
-	// FLUSHALL keeps the script cache; load it again all the same in case the server lost it.
-	if err := ms.flush(ctx, 1); err != nil {
+	// FLUSHALL (the harness's own server) keeps the script cache; load it
+	// again all the same in case the server lost it.
+	if err := ms.admin[0].FlushAll(ctx).Err(); err != nil {
 		return r, err
 	}
 	if err := ms.admin[0].ScriptLoad(ctx, releaseScript).Err(); err != nil {
 		return r, fmt.Errorf("SCRIPT LOAD: %w", err)
 	}
-	host, port, ok := strings.Cut(ms.servers[0].Addr(), ":")
+	host, port, ok := strings.Cut(ms.opts[0].Addr, ":")
 	if !ok {
-		return r, fmt.Errorf("bad address %q", ms.servers[0].Addr())
+		return r, fmt.Errorf("bad address %q", ms.opts[0].Addr)
 	}
 	run := func(cmd ...string) (float64, error) {
 		args := append([]string{"-h", host, "-p", port, "-c", strconv.Itoa(c.Clients),
@@ -106,17 +112,17 @@ func (c *ceiling) measure(ctx context.Context, ms *masterSet, repeat int) (ceili
 		return parseBenchmarkCSV(out)
 	}
 	var err error
-	if r.SetRPS, err = run("SET", "bench:rb:__rand_int__", "tok", "NX", "PX", "60000"); err != nil {
+	if r.SetRPS, err = run("SET", c.keys+"__rand_int__", "tok", "NX", "PX", "60000"); err != nil {
 		return r, err
 	}
-	if r.EvalshaRPS, err = run("EVALSHA", c.SHA, "1", "bench:rb:__rand_int__", "tok"); err != nil {
+	if r.EvalshaRPS, err = run("EVALSHA", c.SHA, "1", c.keys+"__rand_int__", "tok"); err != nil {
 		return r, err
 	}
 	if r.SetRPS > 0 && r.EvalshaRPS > 0 {
 		r.CyclesPerSec = 1 / (1/r.SetRPS + 1/r.EvalshaRPS)
 	}
 	c.add(r)
-	return r, ms.flush(ctx, 1)
+	return r, ms.admin[0].FlushAll(ctx).Err()
 }
 
 // parseBenchmarkCSV returns the rps of the one test in redis-benchmark --csv output:

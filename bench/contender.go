@@ -5,134 +5,124 @@ import (
 	"errors"
 	"time"
 
-	"github.com/bsm/redislock"
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 )
 
-// A contender is one lock library under test. Setup gets the masters of a
-// cell (fresh go-redis clients, the same options for every contender); each
-// goroutine then gets its own worker.
+// The contenders, in the order the report shows them. Adding one touches this
+// list only (and the file with its code): the matrix, the report, the ratios
+// and the chart take every contender from here.
+var contenders = []contenderSpec{
+	{Name: "redlock", Kind: kindOurs, Color: "#d62728", Masters: anyMasters, Clusters: true,
+		What: "`redlock.New(masters)`, `Obtain`, `Lock.Release`",
+		New:  func() contender { return &redlockContender{} }},
+	{Name: "redlock-single", Kind: kindOurs, Color: "#ff7f0e", Masters: oneMaster,
+		What: "`redlock.NewSingle(master)`",
+		New:  func() contender { return &redlockContender{single: true} }},
+	{Name: "goredis-autopipeline", Kind: kindBaseline, Color: "#9467bd", Masters: anyMasters, Clusters: true,
+		What: "a Redlock of about 100 lines on go-redis's own automatic pipelining (`AsyncAutoPipeline`, experimental): SET NX PX on every master through one autopipeliner per master, wait for every reply, quorum and validity check, EVALSHA compare-and-delete to release. No per-request deadline: it waits for the slowest master",
+		New:  func() contender { return &autopipeContender{} }},
+	{Name: "redsync", Kind: kindPeer, Color: "#1f77b4", Masters: anyMasters, Clusters: true,
+		What: "github.com/go-redsync/redsync/v4, goredis v9 pool per master, `NewMutex(key, WithTries(1), WithExpiry(ttl))` per lock, `LockContext`, `UnlockContext`",
+		New:  func() contender { return &redsyncContender{} }},
+	{Name: "redislock", Kind: kindPeer, Color: "#2ca02c", Masters: oneMaster,
+		What: "github.com/bsm/redislock, `Obtain` with `NoRetry()`, `Release`",
+		New:  func() contender { return &redislockContender{} }},
+	{Name: "rueidislock", Kind: kindPeer, Color: "#8c564b", Masters: oneMaster,
+		What: "github.com/redis/rueidis/rueidislock, `KeyMajority: 1`, `NoLoopTracking: true`, `TryNextAfter` (its per-request timeout) set to redlock's default node timeout, `TryWithContext`, the returned cancel to release; its own rueidis client (not go-redis)",
+		New:  func() contender { return &rueidislockContender{} }},
+}
+
+// subject is the contender every other one is compared with.
+const subject = "redlock"
+
+const (
+	kindOurs     = "this library"
+	kindPeer     = "peer library"
+	kindBaseline = "hand-written baseline"
+)
+
+// A contenderSpec is one lock implementation under test.
+type contenderSpec struct {
+	Name  string
+	Kind  string
+	What  string // one line for the README and the report
+	Color string // in the chart
+	// Masters reports whether the contender runs over n independent masters;
+	// Clusters whether each master may be a Redis Cluster (a *redis.ClusterClient).
+	Masters  func(n int) bool
+	Clusters bool
+	New      func() contender
+}
+
+func anyMasters(int) bool  { return true }
+func oneMaster(n int) bool { return n == 1 }
+func (s contenderSpec) supports(c cell) bool {
+	if c.Cluster && !s.Clusters {
+		return false
+	}
+	return s.Masters(c.N)
+}
+
+func specOf(name string) (contenderSpec, bool) {
+	for _, s := range contenders {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return contenderSpec{}, false
+}
+
+// A target is what a contender runs against in one measured run.
+type target struct {
+	// Clients has one fresh go-redis client per master, all built with the
+	// same options: a *redis.Client, or a *redis.ClusterClient in cluster cells.
+	Clients []redis.UniversalClient
+	// Options says how each master is reached (address, credentials, TLS),
+	// for a contender that brings its own client library. Nil in cluster cells.
+	Options []*redis.Options
+	TTL     time.Duration
+	// Prefix starts every key of the run; a contender that adds keys of its
+	// own must keep them under it.
+	Prefix string
+}
+
+// A contender is one lock implementation, set up afresh for each run.
 type contender interface {
-	Name() string
-	// Supports reports whether the contender runs with n masters.
-	Supports(n int) bool
-	Setup(masters []redis.UniversalClient, ttl time.Duration) error
+	Setup(t target) error
 	NewWorker() worker
-	// Close releases what Setup made; it does not close the masters.
+	// Close releases what Setup made; it does not close the target's clients.
 	Close() error
 }
 
-// A worker takes and releases one lock at a time; it is used by one goroutine.
+// A worker takes and releases one lock at a time; one goroutine uses it.
 type worker interface {
-	// Lock makes one attempt. It returns false and a nil error when the lock
-	// is held by someone else (the attempt failed), and an error for anything else.
+	// Lock makes one attempt. It returns false and a nil error only when
+	// other owners hold the key: their refusals alone ruled out the lock.
+	// Every other failure (a master that did not answer, an expired
+	// validity, ...) is an error.
 	Lock(ctx context.Context, key string) (bool, error)
 	// Unlock releases the lock the last successful Lock took.
 	Unlock(ctx context.Context) error
 }
 
-// allContenders lists every contender, in the order the report shows them.
-func allContenders() []contender {
-	return append(redlockContenders(), &redsyncContender{}, &redislockContender{})
-}
-
-// --- github.com/go-redsync/redsync/v4 ---
-
-type redsyncContender struct {
-	rs   *redsync.Redsync
-	opts []redsync.Option
-}
-
-func (*redsyncContender) Name() string      { return "redsync" }
-func (*redsyncContender) Supports(int) bool { return true }
-
-func (c *redsyncContender) Setup(masters []redis.UniversalClient, ttl time.Duration) error {
-	pools := make([]redsyncredis.Pool, len(masters))
-	for i, m := range masters {
-		pools[i] = goredis.NewPool(m)
+// walkErrors calls f for err and every error it wraps, depth first.
+func walkErrors(err error, f func(error)) {
+	if err == nil {
+		return
 	}
-	c.rs = redsync.New(pools...)
-	c.opts = []redsync.Option{redsync.WithTries(1), redsync.WithExpiry(ttl)}
-	return nil
-}
-
-func (c *redsyncContender) NewWorker() worker { return &redsyncWorker{c: c} }
-func (c *redsyncContender) Close() error      { return nil }
-
-type redsyncWorker struct {
-	c *redsyncContender
-	m *redsync.Mutex
-}
-
-func (w *redsyncWorker) Lock(ctx context.Context, key string) (bool, error) {
-	m := w.c.rs.NewMutex(key, w.c.opts...)
-	if err := m.LockContext(ctx); err != nil {
-		// With one try, a lock held elsewhere comes back as ErrTaken,
-		// ErrNodeTaken (joined) or ErrFailed; a RedisError is a real failure.
-		if _, ok := errors.AsType[*redsync.RedisError](err); ok {
-			return false, err
+	f(err)
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		walkErrors(u.Unwrap(), f)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			walkErrors(e, f)
 		}
-		return false, nil
 	}
-	w.m = m
-	return true, nil
 }
 
-func (w *redsyncWorker) Unlock(ctx context.Context) error {
-	ok, err := w.m.UnlockContext(ctx)
-	w.m = nil
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return errors.New("redsync: unlock not confirmed by a quorum")
-	}
-	return nil
-}
+// refusedByOwners reports whether taken refusals out of n masters alone rule
+// out a majority quorum.
+func refusedByOwners(taken, n int) bool { return taken > n-(n/2+1) }
 
-// --- github.com/bsm/redislock (one master) ---
-
-type redislockContender struct {
-	c    *redislock.Client
-	opts *redislock.Options
-	ttl  time.Duration
-}
-
-func (*redislockContender) Name() string        { return "redislock" }
-func (*redislockContender) Supports(n int) bool { return n == 1 }
-
-func (c *redislockContender) Setup(masters []redis.UniversalClient, ttl time.Duration) error {
-	c.c = redislock.New(masters[0])
-	c.opts = &redislock.Options{RetryStrategy: redislock.NoRetry()}
-	c.ttl = ttl
-	return nil
-}
-
-func (c *redislockContender) NewWorker() worker { return &redislockWorker{c: c} }
-func (c *redislockContender) Close() error      { return nil }
-
-type redislockWorker struct {
-	c *redislockContender
-	l *redislock.Lock
-}
-
-func (w *redislockWorker) Lock(ctx context.Context, key string) (bool, error) {
-	l, err := w.c.c.Obtain(ctx, key, w.c.ttl, w.c.opts)
-	if errors.Is(err, redislock.ErrNotObtained) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	w.l = l
-	return true, nil
-}
-
-func (w *redislockWorker) Unlock(ctx context.Context) error {
-	err := w.l.Release(ctx)
-	w.l = nil
-	return err
-}
+var errNotConfirmed = errors.New("release not confirmed by a quorum")

@@ -5,40 +5,26 @@ import (
 	"errors"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redlock-go/redlock"
 )
 
-// redlockContenders returns redlock over N masters (New) and, as a separate
-// contender at N=1, the one-master variant (NewSingle). Both use their defaults:
-// one attempt, the default node timeout and drift factor.
-func redlockContenders() []contender {
-	return []contender{&redlockContender{}, &redlockContender{single: true}}
-}
-
+// redlockContender is redlock over N masters (New) or, at N=1, the
+// one-master variant (NewSingle). Both use their defaults: one attempt, the
+// default node timeout and drift factor.
 type redlockContender struct {
 	single bool
 	c      *redlock.Client
 	ttl    time.Duration
 }
 
-func (c *redlockContender) Name() string {
-	if c.single {
-		return "redlock-single"
-	}
-	return "redlock"
-}
-
-func (c *redlockContender) Supports(n int) bool { return !c.single || n == 1 }
-
-func (c *redlockContender) Setup(masters []redis.UniversalClient, ttl time.Duration) error {
+func (c *redlockContender) Setup(t target) error {
 	var err error
 	if c.single {
-		c.c, err = redlock.NewSingle(masters[0])
+		c.c, err = redlock.NewSingle(t.Clients[0])
 	} else {
-		c.c, err = redlock.New(masters)
+		c.c, err = redlock.New(t.Clients)
 	}
-	c.ttl = ttl
+	c.ttl = t.TTL
 	return err
 }
 
@@ -57,16 +43,28 @@ type redlockWorker struct {
 
 func (w *redlockWorker) Lock(ctx context.Context, key string) (bool, error) {
 	l, err := w.c.c.Obtain(ctx, key, w.c.ttl)
-	if errors.Is(err, redlock.ErrNotObtained) {
-		// Held elsewhere, or no quorum: an attempt that failed. Node errors
-		// inside it (a timeout) still count here, as for the peers.
-		return false, nil
-	}
 	if err != nil {
-		return false, err
+		return redlockOutcome(err)
 	}
 	w.l = l
 	return true, nil
+}
+
+// redlockOutcome maps a failed Obtain to the worker's outcome: a refusal by
+// other owners (false, nil), or an error for anything else, such as too few
+// masters answering.
+func redlockOutcome(err error) (bool, error) {
+	if redlockTaken(err) {
+		return false, nil
+	}
+	return false, err
+}
+
+// redlockTaken reports whether a failed Obtain was refused by other owners:
+// the library's own outcome, ErrTaken (their refusals alone ruled out the
+// quorum), as opposed to ErrUnavailable (too few masters answered).
+func redlockTaken(err error) bool {
+	return errors.Is(err, redlock.ErrNotObtained) && errors.Is(err, redlock.ErrTaken)
 }
 
 func (w *redlockWorker) Unlock(ctx context.Context) error {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,32 +23,37 @@ import (
 )
 
 type options struct {
-	out        string
-	duration   time.Duration
-	warmup     time.Duration
-	repeats    int
-	smoke      bool
-	cells      string
-	contenders string
-	ttl        time.Duration
-	poolSize   int
-	rbRequests int
-	noCeiling  bool
-	cpuprofile string
-	memprofile string
-	hold       time.Duration
-	hotKeys    int
-	masters    []int
-	goroutines []int
+	out           string
+	duration      time.Duration
+	warmup        time.Duration
+	repeats       int
+	smoke         bool
+	cells         string
+	contenders    string
+	ttl           time.Duration
+	poolSize      int
+	rbRequests    int
+	noCeiling     bool
+	cpuprofile    string
+	memprofile    string
+	hold          time.Duration
+	masterSpecs   string // -masters: the user's own masters
+	prefix        string
+	allowExisting bool
+	latencies     []time.Duration
+	hotKeys       int
+	masters       []int
+	goroutines    []int
 }
 
 func main() {
 	var o options
+	var latencies string
 	flag.StringVar(&o.out, "out", defaultOut(), "directory for report.md, report.json and chart.svg")
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measured time of each contender in each cell and repeat")
 	flag.DurationVar(&o.warmup, "warmup", -1, "unmeasured run before each measurement (default duration/5, at most 1s)")
 	flag.IntVar(&o.repeats, "repeats", 3, "repeats of each cell; the contenders' order alternates between repeats")
-	flag.BoolVar(&o.smoke, "smoke", false, "CI mode: 1s per cell, 1 repeat; exits non-zero unless every contender completed cycles in every cell, no overlap happened and redlock met its allocation goals")
+	flag.BoolVar(&o.smoke, "smoke", false, "CI mode: every cell for 300ms, 1 repeat; exits non-zero on any error, any refusal on fresh keys, any overlap, a contender with no cycle, or a missed allocation target")
 	flag.StringVar(&o.cells, "cells", "", "regexp: run only cells whose name matches, e.g. 'n5-g64' or 'n1-.*-contended'")
 	flag.StringVar(&o.contenders, "contenders", "", "regexp: run only contenders whose name matches, e.g. '^redlock'")
 	flag.DurationVar(&o.ttl, "ttl", 10*time.Second, "lock TTL")
@@ -57,18 +63,65 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (narrow it with -cells and -contenders)")
 	flag.DurationVar(&o.hold, "hold", -1, "in contended cells, how long a holder keeps the lock, so overlaps can be seen (default 0, or 100µs with -smoke)")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile (pprof allocs, sampled) of the whole run to this file")
+	flag.StringVar(&o.masterSpecs, "masters", "", "comma-separated masters to run against instead of starting redis-servers: host:port, redis://[user:password@]host:port[/db] or rediss://...; N runs over the first N of them")
+	flag.StringVar(&o.prefix, "prefix", "redlock-bench:", "every key the benchmark makes starts with this prefix and a run id")
+	flag.BoolVar(&o.allowExisting, "allow-existing-keys", false, "with -masters: run even when keys under -prefix exist (another run's, left alone)")
+	flag.StringVar(&latencies, "latency", "100us,500us", "added latency each way of the latency cells, comma-separated ('' for none; only on the harness's own servers)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
+	if err := o.finish(latencies); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	code, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// finish fills the defaults that depend on other flags and checks them.
+func (o *options) finish(latencies string) error {
 	o.hotKeys = 16
 	o.masters = []int{1, 3, 5}
 	o.goroutines = []int{1, 16, 64}
+	for _, f := range strings.Split(latencies, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("-latency %q: want durations like 100us,500us", latencies)
+		}
+		o.latencies = append(o.latencies, d)
+	}
+	if o.masterSpecs != "" {
+		n := len(strings.Split(o.masterSpecs, ","))
+		o.masters = slices.DeleteFunc(o.masters, func(m int) bool { return m > n })
+		if !slices.Contains(o.masters, n) {
+			o.masters = append(o.masters, n)
+		}
+		o.latencies = nil  // the user's network has its own
+		o.noCeiling = true // redis-benchmark would write outside the prefix
+	}
+	if o.prefix == "" {
+		return errors.New("-prefix must not be empty")
+	}
 	if o.smoke {
-		o.duration, o.repeats = time.Second, 1
+		o.duration, o.repeats = 300*time.Millisecond, 1
 		if o.warmup < 0 {
-			o.warmup = 200 * time.Millisecond
+			o.warmup = 50 * time.Millisecond
+		}
+		if len(o.latencies) > 1 {
+			o.latencies = o.latencies[:1] // the code path, not the figures
 		}
 		if o.rbRequests == 0 {
 			o.rbRequests = 100_000
@@ -85,20 +138,9 @@ func main() {
 		o.rbRequests = max(100_000, int(300_000*o.duration.Seconds()))
 	}
 	if o.repeats < 1 || o.duration <= 0 {
-		fmt.Fprintln(os.Stderr, "bench: -repeats must be >= 1 and -duration > 0")
-		os.Exit(2)
+		return errors.New("-repeats must be >= 1 and -duration > 0")
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	code, err := run(ctx, o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
+	return nil
 }
 
 // defaultOut is bench/out whether the harness runs from the repository root or from bench/.
@@ -109,21 +151,41 @@ func defaultOut() string {
 	return filepath.Join("bench", "out")
 }
 
-// matrix lists the cells to run, filtered by -cells.
+// matrix lists the cells to run, filtered by -cells: N masters x
+// goroutines x {uncontended, contended}; with the harness's own servers also
+// latency cells (N in {1, 5}, 1 and 64 goroutines, uncontended, and
+// n5-g64-contended, per added latency) and Redlock over three independent
+// 3-shard Redis Clusters (64 goroutines).
 func matrix(o options) ([]cell, error) {
 	re, err := regexp.Compile(o.cells)
 	if err != nil {
 		return nil, fmt.Errorf("-cells: %w", err)
 	}
-	var cells []cell
+	var all []cell
 	for _, n := range o.masters {
 		for _, g := range o.goroutines {
 			for _, contended := range []bool{false, true} {
-				c := cell{N: n, G: g, Contended: contended, HotKeys: o.hotKeys}
-				if re.MatchString(c.Name()) {
-					cells = append(cells, c)
-				}
+				all = append(all, cell{N: n, G: g, Contended: contended, HotKeys: o.hotKeys})
 			}
+		}
+	}
+	for _, d := range o.latencies {
+		for _, n := range []int{1, 5} {
+			for _, g := range []int{1, 64} {
+				all = append(all, cell{N: n, G: g, Latency: d, HotKeys: o.hotKeys})
+			}
+		}
+		all = append(all, cell{N: 5, G: 64, Contended: true, Latency: d, HotKeys: o.hotKeys})
+	}
+	if o.masterSpecs == "" {
+		for _, contended := range []bool{false, true} {
+			all = append(all, cell{N: 3, Shards: 3, Cluster: true, G: 64, Contended: contended, HotKeys: o.hotKeys})
+		}
+	}
+	var cells []cell
+	for _, c := range all {
+		if re.MatchString(c.Name()) {
+			cells = append(cells, c)
 		}
 	}
 	if len(cells) == 0 {
@@ -131,6 +193,9 @@ func matrix(o options) ([]cell, error) {
 	}
 	return cells, nil
 }
+
+// logOut receives the progress lines.
+var logOut io.Writer = os.Stderr
 
 func run(ctx context.Context, o options) (int, error) {
 	cells, err := matrix(o)
@@ -141,9 +206,9 @@ func run(ctx context.Context, o options) (int, error) {
 	if err != nil {
 		return 2, fmt.Errorf("-contenders: %w", err)
 	}
-	var cs []contender
-	for _, c := range allContenders() {
-		if re.MatchString(c.Name()) {
+	var cs []contenderSpec
+	for _, c := range contenders {
+		if re.MatchString(c.Name) {
 			cs = append(cs, c)
 		}
 	}
@@ -164,7 +229,6 @@ func run(ctx context.Context, o options) (int, error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-
 	if o.memprofile != "" {
 		defer func() {
 			f, err := os.Create(o.memprofile)
@@ -181,13 +245,41 @@ func run(ctx context.Context, o options) (int, error) {
 
 	maxN := 0
 	for _, c := range cells {
-		maxN = max(maxN, c.N)
+		if !c.Cluster {
+			maxN = max(maxN, c.N)
+		}
 	}
-	ms, err := startMasters(maxN)
-	if err != nil {
-		return 1, err
+	var ms *masterSet
+	if o.masterSpecs != "" {
+		ms, err = externalMasters(strings.Split(o.masterSpecs, ","))
+		if err != nil {
+			return 2, err
+		}
+	} else {
+		ms, err = startMasters(max(maxN, 1))
+		if err != nil {
+			return 1, err
+		}
 	}
 	defer ms.Close()
+	if err := ms.describe(ctx); err != nil {
+		return 1, err
+	}
+	runID := randomID()
+	if !ms.owned {
+		// Keys under the prefix that this run did not make: another run's,
+		// maybe still running. Leave them, and refuse unless told.
+		for i, c := range ms.admin {
+			found, err := findKeys(ctx, c, o.prefix, 1)
+			if err != nil {
+				return 1, fmt.Errorf("SCAN %s: %w", ms.opts[i].Addr, err)
+			}
+			if len(found) > 0 && !o.allowExisting {
+				return 2, fmt.Errorf("%s holds keys under %q (for example %q), from another run of the benchmark or another program: wait until they are gone, choose another -prefix, or pass -allow-existing-keys (they are left alone either way)", ms.opts[i].Addr, o.prefix, found[0])
+			}
+		}
+	}
+	runPrefix := o.prefix + runID + ":"
 
 	rep := &report{Meta: meta{
 		Date:       time.Now().UTC().Format("2006-01-02 15:04 UTC"),
@@ -197,6 +289,9 @@ func run(ctx context.Context, o options) (int, error) {
 		Kernel:     readTrim("/proc/sys/kernel/osrelease"),
 		LoadBefore: loadAvg(),
 		GoVersion:  runtime.Version(),
+		Own:        ms.owned,
+		Masters:    ms.info,
+		Prefix:     o.prefix,
 		Duration:   o.duration.String(),
 		Warmup:     o.warmup.String(),
 		Repeats:    o.repeats,
@@ -204,29 +299,30 @@ func run(ctx context.Context, o options) (int, error) {
 		PoolSize:   o.poolSize,
 		Hold:       o.hold.String(),
 		Smoke:      o.smoke,
-		Args:       strings.Join(os.Args[1:], " "),
+		Args:       redactArgs(os.Args[1:]),
 	}}
 	rep.Meta.Host, _ = os.Hostname()
-	if v, err := ms.admin[0].Info(ctx, "server").Result(); err == nil {
-		rep.Meta.RedisVersion = infoValue(v, "redis_version")
-	}
 	for _, c := range cs {
-		rep.order = append(rep.order, c.Name())
+		rep.order = append(rep.order, c.Name)
 	}
-	fmt.Fprintf(os.Stderr, "bench: %d masters up; %d cells, %s per contender, %d repeat(s)\n", maxN, len(cells), o.duration, o.repeats)
+	where := fmt.Sprintf("%d masters up", len(ms.opts))
+	if !ms.owned {
+		where = fmt.Sprintf("%d masters given, keys under %s", len(ms.opts), runPrefix)
+	}
+	fmt.Fprintf(logOut, "bench: %s; %d cells, %s per contender, %d repeat(s)\n", where, len(cells), o.duration, o.repeats)
 
 	// The ceiling is measured beside the contenders in each repeat of
-	// n1-g64-uncontended, the cell issue 5 compares with it; without that
+	// n1-g64-uncontended, the cell it is compared with; without that
 	// cell, once before the N=1 cells.
 	const ceilingCell = "n1-g64-uncontended"
-	if !o.noCeiling && slices.ContainsFunc(cells, func(c cell) bool { return c.N == 1 }) {
-		c, err := newCeiling(ctx, ms, 64, 16, o.rbRequests)
+	if !o.noCeiling && slices.ContainsFunc(cells, func(c cell) bool { return c.N == 1 && !c.Cluster && c.Latency == 0 }) {
+		c, err := newCeiling(ctx, ms, 64, 16, o.rbRequests, runPrefix+"rb:")
 		if err != nil {
 			return 1, err
 		}
 		rep.Ceiling = c
 		if c.Skipped != "" {
-			fmt.Fprintln(os.Stderr, "bench: skipping the ceiling:", c.Skipped)
+			fmt.Fprintln(logOut, "bench: skipping the ceiling:", c.Skipped)
 		} else if !slices.ContainsFunc(cells, func(c cell) bool { return c.Name() == ceilingCell }) {
 			if err := measureCeilingLog(ctx, ms, c, -1); err != nil {
 				return 1, err
@@ -234,28 +330,42 @@ func run(ctx context.Context, o options) (int, error) {
 		}
 	}
 
-	cfg := runConfig{Duration: o.duration, Warmup: o.warmup, TTL: o.ttl, PoolSize: o.poolSize, Hold: o.hold}
-	runID := randomID()
+	cfg := runConfig{Duration: o.duration, Warmup: o.warmup, TTL: o.ttl, PoolSize: o.poolSize, Hold: o.hold, Flush: ms.owned}
+	seq := 0
+	nextPrefix := func() string { seq++; return fmt.Sprintf("%s%d:", runPrefix, seq) }
 	// The first measured run of a process came out slow (a cold heap, page
 	// faults, fresh servers), and each cell's own warmup did not cure it; so
 	// every contender first runs the first cell once, unmeasured.
-	first := cells[0]
-	for _, c := range cs {
-		if !c.Supports(first.N) {
-			continue
+	if !o.smoke {
+		first := cells[0]
+		ep, err := ms.endpoints(ctx, first)
+		if err != nil {
+			return 1, err
 		}
-		wcfg := cfg
-		wcfg.Duration, wcfg.Warmup = max(o.warmup, 500*time.Millisecond), 0
-		if _, err := runOne(ctx, ms, c, first, wcfg, runID+":warm"); err != nil {
-			return 1, fmt.Errorf("warming up %s: %w", c.Name(), err)
+		for _, c := range cs {
+			if !c.supports(first) {
+				continue
+			}
+			wcfg := cfg
+			wcfg.Duration, wcfg.Warmup = max(o.warmup, 500*time.Millisecond), 0
+			if _, err := runOne(ctx, ep, c, first, wcfg, nextPrefix()); err != nil {
+				return 1, fmt.Errorf("warming up %s: %w", c.Name, err)
+			}
 		}
 	}
 	for _, cl := range cells {
-		var here []contender
+		var here []contenderSpec
 		for _, c := range cs {
-			if c.Supports(cl.N) {
+			if c.supports(cl) {
 				here = append(here, c)
 			}
+		}
+		if len(here) == 0 {
+			continue
+		}
+		ep, err := ms.endpoints(ctx, cl)
+		if err != nil {
+			return 1, fmt.Errorf("%s: %w", cl.Name(), err)
 		}
 		var runs []*runResult
 		for rp := range o.repeats {
@@ -274,15 +384,21 @@ func run(ctx context.Context, o options) (int, error) {
 				if err := ctx.Err(); err != nil {
 					return 1, err
 				}
-				r, err := runOne(ctx, ms, c, cl, cfg, fmt.Sprintf("%s:%d", runID, rp))
+				ccfg := cfg
+				if _, ok := allocTargets[cl.Name()]; ok && o.smoke {
+					// Where allocations are counted, the lanes settle first.
+					ccfg.Warmup = max(ccfg.Warmup, 200*time.Millisecond)
+				}
+				r, err := runOne(ctx, ep, c, cl, ccfg, nextPrefix())
 				if err != nil {
-					return 1, fmt.Errorf("%s %s: %w", cl.Name(), c.Name(), err)
+					return 1, fmt.Errorf("%s %s: %w", cl.Name(), c.Name, err)
 				}
 				r.Repeat, r.Position = rp, pos
 				runs = append(runs, r)
-				fmt.Fprintf(os.Stderr, "  %-22s %-15s rep %d: %9s cycles/s %9s failed/s  p50 %8s  p99 %8s  %6.1f allocs/op  errors %d  overlaps %d\n",
-					cl.Name(), c.Name(), rp, fmtRate(float64(r.Cycles)/r.Elapsed.Seconds()), fmtRate(float64(r.Failures)/r.Elapsed.Seconds()),
-					fmtDur(int64(r.Lat.Quantile(0.5))), fmtDur(int64(r.Lat.Quantile(0.99))), float64(r.Mallocs)/float64(max(r.Attempts(), 1)), r.Errors, r.Overlaps)
+				fmt.Fprintf(logOut, "  %-28s %-20s rep %d: %9s cycles/s %9s taken/s  p50 %8s  p99 %8s  %6.1f allocs/cycle  Redis %8s/cycle  errors %d  overlaps %d\n",
+					cl.Name(), c.Name, rp, fmtRate(float64(r.Cycles)/r.Elapsed.Seconds()), fmtRate(float64(r.Taken)/r.Elapsed.Seconds()),
+					fmtDur(int64(r.Lat.Quantile(0.5))), fmtDur(int64(r.Lat.Quantile(0.99))), per(float64(r.Mallocs), r.Cycles),
+					fmtUs(cpuPerCycle(r)), r.Errors, r.Overlaps)
 			}
 			if withCeiling && rp%2 == 1 {
 				if err := measureCeilingLog(ctx, ms, rep.Ceiling, rp); err != nil {
@@ -290,15 +406,22 @@ func run(ctx context.Context, o options) (int, error) {
 				}
 			}
 		}
-		rep.Cells = append(rep.Cells, summarize(cl, rep.order, runs))
+		rep.Cells = append(rep.Cells, summarize(cl, ep.rttUs, rep.order, runs))
 	}
+	// Every key of the run is gone already (each run deletes its own); this
+	// catches what a contender left behind after its run's cleanup, if anything.
+	cleaned, err := sweep(ctx, append(slices.Clone(ms.admin), ms.extras.cadmin...), runPrefix)
+	if err != nil {
+		return 1, err
+	}
+	rep.Meta.Cleaned = cleaned
 	rep.Goals = checkGoals(rep)
 	rep.Meta.LoadAfter = loadAvg()
 
 	if err := writeReport(o.out, rep); err != nil {
 		return 1, err
 	}
-	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", strings.Join([]string{
+	fmt.Fprintf(logOut, "bench: wrote %s\n", strings.Join([]string{
 		filepath.Join(o.out, "report.md"), filepath.Join(o.out, "report.json"), filepath.Join(o.out, "chart.svg")}, ", "))
 
 	if problems := smokeProblems(rep); len(problems) > 0 {
@@ -309,9 +432,31 @@ func run(ctx context.Context, o options) (int, error) {
 			return 1, errors.New("smoke run failed")
 		}
 	} else if o.smoke {
-		fmt.Fprintln(os.Stderr, "bench: smoke run passed: every contender completed cycles in every cell, no overlap, allocation goals met")
+		fmt.Fprintln(logOut, "bench: smoke run passed: every contender completed cycles in every cell, no error, no refusal on fresh keys, no overlap, allocation targets met")
 	}
 	return 0, nil
+}
+
+// cpuPerCycle is a run's Redis CPU per cycle in µs, or -1 without INFO.
+func cpuPerCycle(r *runResult) float64 {
+	v := r.serverCPU()
+	if v < 0 {
+		return -1
+	}
+	return per(v*1e6, r.Cycles)
+}
+
+// redactArgs hides the passwords of -masters URLs in the recorded command line.
+func redactArgs(args []string) string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		parts := strings.Split(a, ",")
+		for j, p := range parts {
+			parts[j] = redactURL(p)
+		}
+		out[i] = strings.Join(parts, ",")
+	}
+	return strings.Join(out, " ")
 }
 
 func measureCeilingLog(ctx context.Context, ms *masterSet, c *ceiling, rp int) error {
@@ -319,32 +464,9 @@ func measureCeilingLog(ctx context.Context, ms *masterSet, c *ceiling, rp int) e
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "  %-22s %-15s rep %d: %9s cycles/s (SET NX PX %s/s, EVALSHA %s/s; -c %d -P %d -n %d)\n",
+	fmt.Fprintf(logOut, "  %-28s %-20s rep %d: %9s cycles/s (SET NX PX %s/s, EVALSHA %s/s; -c %d -P %d -n %d)\n",
 		"n1 ceiling", "redis-benchmark", rp, fmtRate(r.CyclesPerSec), fmtRate(r.SetRPS), fmtRate(r.EvalshaRPS), c.Clients, c.Pipeline, c.Requests)
 	return nil
-}
-
-// smokeProblems lists cells where a contender completed no cycle or where
-// two holders overlapped, and allocation goals missed. Allocations per cycle
-// are counted, not timed, so they hold on any machine.
-func smokeProblems(r *report) []string {
-	var p []string
-	for _, cr := range r.Cells {
-		for _, s := range cr.Contenders {
-			if s.Cycles == 0 {
-				p = append(p, fmt.Sprintf("%s %s completed no cycle (errors %d, first: %s)", cr.Name, s.Name, s.Errors, s.FirstErr))
-			}
-			if s.Overlaps > 0 {
-				p = append(p, fmt.Sprintf("%s %s: %d overlapping holders", cr.Name, s.Name, s.Overlaps))
-			}
-		}
-	}
-	for _, g := range r.Goals {
-		if g.Goal == allocGoal && !g.Met {
-			p = append(p, fmt.Sprintf("%s %s: %s allocations per cycle, want %s", g.Cell, g.Contender, g.Measured, g.Target))
-		}
-	}
-	return p
 }
 
 func writeReport(dir string, r *report) error {
@@ -372,16 +494,6 @@ func randomID() string {
 	b := make([]byte, 4)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// infoValue returns the value of name in an INFO reply.
-func infoValue(info, name string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // cpuModel returns the CPU model from /proc/cpuinfo, or GOARCH.

@@ -13,30 +13,35 @@ type report struct {
 	Meta    meta         `json:"meta"`
 	Ceiling *ceiling     `json:"redis_benchmark,omitempty"`
 	Cells   []cellReport `json:"cells"`
-	Goals   []goalResult `json:"goals,omitempty"`
+	Goals   []goalResult `json:"targets,omitempty"`
 	order   []string     // contenders in display order
 }
 
 // meta says where and how the numbers were taken.
 type meta struct {
-	Date         string `json:"date"`
-	Host         string `json:"host"`
-	CPU          string `json:"cpu"`
-	CPUs         int    `json:"cpus"`
-	Memory       string `json:"memory"`
-	Kernel       string `json:"kernel"`
-	LoadBefore   string `json:"loadavg_before"` // /proc/loadavg: was the machine quiet?
-	LoadAfter    string `json:"loadavg_after"`
-	GoVersion    string `json:"go"`
-	RedisVersion string `json:"redis"`
-	Duration     string `json:"duration_per_run"`
-	Warmup       string `json:"warmup_per_run"`
-	Repeats      int    `json:"repeats"`
-	TTL          string `json:"ttl"`
-	PoolSize     int    `json:"go_redis_pool_size"` // 0: go-redis default
-	Hold         string `json:"hold_contended"`
-	Smoke        bool   `json:"smoke"`
-	Args         string `json:"args"`
+	Date       string `json:"date"`
+	Host       string `json:"host"`
+	CPU        string `json:"cpu"`
+	CPUs       int    `json:"cpus"`
+	Memory     string `json:"memory"`
+	Kernel     string `json:"kernel"`
+	LoadBefore string `json:"loadavg_before"` // /proc/loadavg: was the machine quiet?
+	LoadAfter  string `json:"loadavg_after"`
+	GoVersion  string `json:"go"`
+	// Own is true when the harness started its servers (on loopback),
+	// false for the user's masters (-masters).
+	Own      bool       `json:"own_servers"`
+	Masters  masterInfo `json:"masters"`
+	Prefix   string     `json:"key_prefix"`
+	Duration string     `json:"duration_per_run"`
+	Warmup   string     `json:"warmup_per_run"`
+	Repeats  int        `json:"repeats"`
+	TTL      string     `json:"ttl"`
+	PoolSize int        `json:"go_redis_pool_size"` // 0: go-redis default
+	Hold     string     `json:"hold_contended"`
+	Smoke    bool       `json:"smoke"`
+	Args     string     `json:"args"`
+	Cleaned  int        `json:"keys_left_by_contenders_and_deleted"`
 }
 
 func writeJSON(w io.Writer, r *report) error {
@@ -83,6 +88,22 @@ func fmtDur(ns int64) string {
 	}
 }
 
+// fmtUs prints microseconds, or "n/a" for a negative (unknown) value.
+func fmtUs(us float64) string {
+	if us < 0 {
+		return "n/a"
+	}
+	return fmtDur(int64(us * 1e3))
+}
+
+// fmtCount prints a per-cycle count with two decimals, or – when unknown.
+func fmtCount(v float64) string {
+	if v <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
 func fmtRatio(r float64) string {
 	if r == 0 {
 		return "–"
@@ -90,56 +111,44 @@ func fmtRatio(r float64) string {
 	return fmt.Sprintf("%.2f×", r)
 }
 
-// writeMarkdown writes the summary matrix, the goals, the ceiling and the detail table.
+// writeMarkdown writes the report: what ran where, a reading of the
+// results, the chart, the tables.
 func writeMarkdown(w io.Writer, r *report) error {
 	var b strings.Builder
 	m := r.Meta
 	fmt.Fprintf(&b, "# redlock benchmark\n\n")
-	fmt.Fprintf(&b, "%s on %s (%s, %d CPUs, %s memory, Linux %s), %s, redis-server %s. Load average %s before the run, %s after. Each contender ran %s per cell after a %s warmup, %d repeat(s), contenders back to back in alternating order; TTL %s; go-redis PoolSize %s; %s.",
-		m.Date, m.Host, m.CPU, m.CPUs, m.Memory, m.Kernel, m.GoVersion, m.RedisVersion, m.LoadBefore, m.LoadAfter, m.Duration, m.Warmup, m.Repeats, m.TTL, poolSizeText(m.PoolSize), holdText(m.Hold))
+	fmt.Fprintf(&b, "%s on %s (%s, %d CPUs, %s memory, Linux %s), %s. Load average %s before the run, %s after. Each contender ran %s per cell after a %s warmup, %d repeat(s), contenders back to back in alternating order; TTL %s; go-redis PoolSize %s; %s.",
+		m.Date, m.Host, m.CPU, m.CPUs, m.Memory, m.Kernel, m.GoVersion, m.LoadBefore, m.LoadAfter, m.Duration, m.Warmup, m.Repeats, m.TTL, poolSizeText(m.PoolSize), holdText(m.Hold))
 	if m.Smoke {
 		b.WriteString(" **Smoke run: the figures are not measurements.**")
 	}
 	b.WriteString("\n\n")
+	writeTargetsRanAgainst(&b, r)
+	b.WriteString("## Reading\n\n")
+	writeReading(&b, r)
+	b.WriteString("\n![cycles/s and cycles per Redis core, per contender per cell](chart.svg)\n\n")
 
-	b.WriteString("![cycles/s per contender per cell](chart.svg)\n\n")
 	b.WriteString("## Throughput\n\n")
-	b.WriteString("Cycles/s (lock + release) in uncontended cells, attempts/s (cycles + failed attempts) in contended cells, median over repeats; in brackets the median ratio to redsync and, at N=1, to redislock, each measured side by side in the same repeat.\n\n")
-	b.WriteString("| cell |")
-	for _, name := range r.order {
-		fmt.Fprintf(&b, " %s |", name)
-	}
-	b.WriteString("\n| --- |")
-	for range r.order {
-		b.WriteString(" ---: |")
-	}
-	b.WriteString("\n")
-	for _, cr := range r.Cells {
-		fmt.Fprintf(&b, "| %s |", cr.Name)
-		for _, name := range r.order {
-			s := cr.contender(name)
-			if s == nil {
-				b.WriteString(" |")
-				continue
-			}
-			fmt.Fprintf(&b, " %s", fmtRate(s.Throughput))
-			var rs []string
-			if s.VsRedsync > 0 {
-				rs = append(rs, fmtRatio(s.VsRedsync)+" rs")
-			}
-			if s.VsRedislock > 0 {
-				rs = append(rs, fmtRatio(s.VsRedislock)+" rl")
-			}
-			if len(rs) > 0 {
-				fmt.Fprintf(&b, " (%s)", strings.Join(rs, ", "))
-			}
-			b.WriteString(" |")
+	fmt.Fprintf(&b, "Cycles/s (lock + release) in uncontended cells, decisions/s (cycles + attempts refused because another owner held the key) in contended cells, median over repeats. In brackets, for every other contender: %s's figure divided by its, the median of the ratios measured side by side in each repeat (above 1: %s ahead).\n\n", subject, subject)
+	writeMatrix(&b, r, true, func(cr *cellReport, s *contenderSummary) string {
+		v := fmtRate(s.Throughput)
+		if sub := cr.contender(subject); sub != nil && s.Name != subject && sub.Ratio[s.Name] > 0 {
+			v += " (" + fmtRatio(sub.Ratio[s.Name]) + ")"
 		}
-		b.WriteString("\n")
-	}
+		return v
+	})
+
+	b.WriteString("\n## Redis CPU\n\n")
+	b.WriteString("Redis CPU per cycle (`INFO cpu` used_cpu_sys + used_cpu_user deltas of every server behind the cell, summed, divided by the cycles; in contended cells the refused attempts' cost is in it) and, in brackets, lock cycles per second per Redis core (1 / Redis CPU per cycle). Redis is single-threaded, so a master saturates near one core: this is the figure that limits a deployment.\n\n")
+	writeMatrix(&b, r, false, func(_ *cellReport, s *contenderSummary) string {
+		if s.ServerCPU < 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%s (%s/core)", fmtUs(s.ServerCPU), fmtRate(s.PerRedisCore))
+	})
 
 	if len(r.Goals) > 0 {
-		b.WriteString("\n## Goals of issue 5\n\n| goal | cell | contender | measured | target | met |\n| --- | --- | --- | ---: | ---: | :---: |\n")
+		b.WriteString("\n## Targets\n\n| target | cell | contender | measured | target | met |\n| --- | --- | --- | ---: | ---: | :---: |\n")
 		for _, g := range r.Goals {
 			met := "no"
 			if g.Met {
@@ -163,15 +172,19 @@ func writeMarkdown(w io.Writer, r *report) error {
 		}
 	}
 
+	writeShardSpread(&b, r)
+
 	b.WriteString("\n## Detail\n\n")
-	b.WriteString("Rates are medians over repeats; ×redsync and ×redislock compare cycles/s (uncontended) or attempts/s (contended); lock latency is the time of one lock call, successful or not, over all repeats; per-op figures are per attempt (= per cycle when uncontended) and include the harness's own work (one key string per uncontended cycle); client CPU is this process (getrusage), server CPU the masters' `INFO cpu`.\n\n")
-	b.WriteString("| cell | contender | cycles/s | failed/s | ×redsync | ×redislock | p50 | p99 | p99.9 | allocs/op | B/op | client CPU/op | server CPU/op | errors | overlaps |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("Rates are medians over repeats; lock latency is the time of one lock call, granted or not, over all repeats; per-cycle figures divide totals by the successful cycles, per-attempt ones by every lock call, and include the harness's own work (one key string per uncontended cycle); client CPU is this process (getrusage: library, go-redis, runtime, harness loop, and in latency cells the delay proxies too), Redis CPU the servers' `INFO cpu`. Redis cmds/cycle counts the commands the servers executed per cycle (INFO commandstats, all servers; a script's own calls count too), reads/cycle their reads from client sockets per cycle (INFO stats total_reads_processed): a cycle sends two commands to each master, so the fewer reads, the deeper the batches the servers received. Proxy writes/cycle (latency cells) counts the chunks the delay proxies forwarded, both ways, per cycle: how well a contender batches its requests into few writes. Errors are failed calls other than \"held by another owner\" (first message listed below the table); overlaps are locks granted while the in-process counter said another goroutine held them (must be 0).\n\n")
+	b.WriteString("| cell | contender | cycles/s | taken/s | p50 | p99 | p99.9 | allocs/cycle | allocs/attempt | B/cycle | client CPU/cycle | Redis CPU/cycle | Redis cmds/cycle | Redis reads/cycle | proxy writes/cycle | errors | overlaps |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, cr := range r.Cells {
 		for _, s := range cr.Contenders {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.0f | %s | %s | %d | %d |\n",
-				cr.Name, s.Name, fmtRate(s.CyclesPerSec), fmtRate(s.FailedPerSec), fmtRatio(s.VsRedsync), fmtRatio(s.VsRedislock),
-				fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.P999), s.AllocsPerOp, s.BytesPerOp, fmtDur(int64(s.ClientCPU*1e3)), fmtDur(int64(s.ServerCPU*1e3)), s.Errors, s.Overlaps)
+			writes := fmtCount(s.WritesPerCycle)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %d |\n",
+				cr.Name, s.Name, fmtRate(s.CyclesPerSec), fmtRate(s.TakenPerSec),
+				fmtDur(s.P50), fmtDur(s.P99), fmtDur(s.P999), s.AllocsPerCycle, s.AllocsPerAttempt, s.BytesPerCycle,
+				fmtUs(s.ClientCPU), fmtUs(s.ServerCPU), fmtCount(s.CommandsPerCycle), fmtCount(s.ReadsPerCycle), writes, s.Errors, s.Overlaps)
 		}
 	}
 	var errs []string
@@ -185,15 +198,113 @@ func writeMarkdown(w io.Writer, r *report) error {
 	if len(errs) > 0 {
 		b.WriteString("\n## Errors (first of each)\n\n" + strings.Join(errs, "\n") + "\n")
 	}
+	b.WriteString("\n## The contenders\n\n| name | kind | what |\n| --- | --- | --- |\n")
+	for _, name := range r.order {
+		if s, ok := specOf(name); ok {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", s.Name, s.Kind, s.What)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
+// writeMatrix writes a table with a row per cell (and its round trip when
+// rtt) and a column per contender, each entry from entry.
+func writeMatrix(b *strings.Builder, r *report, rtt bool, entry func(*cellReport, *contenderSummary) string) {
+	head, align := "| cell |", "| --- |"
+	if rtt {
+		head, align = head+" RTT |", align+" ---: |"
+	}
+	for _, name := range r.order {
+		head, align = head+" "+name+" |", align+" ---: |"
+	}
+	b.WriteString(head + "\n" + align + "\n")
+	for _, cr := range r.Cells {
+		fmt.Fprintf(b, "| %s |", cr.Name)
+		if rtt {
+			fmt.Fprintf(b, " %s |", fmtUs(cr.RTTus))
+		}
+		for _, name := range r.order {
+			if s := cr.contender(name); s != nil {
+				b.WriteString(" " + entry(&cr, s))
+			}
+			b.WriteString(" |")
+		}
+		b.WriteString("\n")
+	}
+}
+
+// writeTargetsRanAgainst says which servers the run used.
+func writeTargetsRanAgainst(b *strings.Builder, r *report) {
+	m := r.Meta
+	if m.Own {
+		v := ""
+		if len(m.Masters.Masters) > 0 {
+			v = m.Masters.Masters[0].Version
+		}
+		fmt.Fprintf(b, "Servers: redis-server %s processes the harness started on loopback, no persistence (PING round trip %s). Latency cells put a delay proxy between the client and every master; their measured round trip is in the RTT column.\n\n", v, fmtUs(firstRTT(m)))
+		return
+	}
+	fmt.Fprintf(b, "Servers: the user's masters, keys under `%s` only (never FLUSHALL); %d key(s) left by the contenders were deleted at the end.\n\n| master | redis_version | PING RTT (median) |\n| --- | --- | ---: |\n", m.Prefix, m.Cleaned)
+	for _, mm := range m.Masters.Masters {
+		v := mm.Version
+		if v == "" {
+			v = "?"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", mm.Addr, v, fmtUs(mm.RTTus))
+	}
+	if !m.Masters.INFO {
+		b.WriteString("\nINFO was not allowed on every master: no Redis CPU figures.\n")
+	}
+	b.WriteString("\n")
+}
+
+func firstRTT(m meta) float64 {
+	if len(m.Masters.Masters) == 0 {
+		return -1
+	}
+	return m.Masters.Masters[0].RTTus
+}
+
+// writeShardSpread shows, for cluster cells, how the lock traffic and the
+// Redis CPU spread over the shards.
+func writeShardSpread(b *strings.Builder, r *report) {
+	first := true
+	for _, cr := range r.Cells {
+		if !cr.Cluster {
+			continue
+		}
+		if first {
+			fmt.Fprintf(b, "\n## Quorum over independent Redis Clusters\n\n`redlock.New` and the other multi-master contenders over %d independent Redis Clusters of %d shards each (one *redis.ClusterClient per cluster, the lock key's slot chooses the shard in each). Each shard's share of the commands (INFO commandstats) and of the Redis CPU, shards listed cluster by cluster; an even spread is %.0f%% each.\n\n| cell | contender | commands per shard | Redis CPU per shard |\n| --- | --- | --- | --- |\n",
+				cr.N, cr.Shards, 100/float64(cr.N*cr.Shards))
+			first = false
+		}
+		for _, s := range cr.Contenders {
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cr.Name, s.Name, fmtShares(s.ShardCalls, cr.Shards), fmtShares(s.ShardCPU, cr.Shards))
+		}
+	}
+}
+
+func fmtShares(xs []float64, group int) string {
+	if len(xs) == 0 {
+		return "n/a"
+	}
+	var parts []string
+	for i := 0; i < len(xs); i += group {
+		var g []string
+		for _, x := range xs[i:min(i+group, len(xs))] {
+			g = append(g, fmt.Sprintf("%.0f%%", 100*x))
+		}
+		parts = append(parts, strings.Join(g, " "))
+	}
+	return strings.Join(parts, " / ")
+}
+
 func holdText(h string) string {
 	if h == "" || h == "0s" {
-		return "contended holders release at once"
+		return "contended holders release at once (the overlap check cannot see a second holder)"
 	}
-	return "contended holders hold for " + h
+	return "contended holders hold for " + h + " (long enough for the overlap check to see a second holder)"
 }
 
 func poolSizeText(n int) string {
@@ -201,80 +312,4 @@ func poolSizeText(n int) string {
 		return "default"
 	}
 	return fmt.Sprint(n)
-}
-
-// A goalResult checks one target of issue 5 against this run.
-type goalResult struct {
-	Goal      string `json:"goal"`
-	Cell      string `json:"cell"`
-	Contender string `json:"contender"`
-	Measured  string `json:"measured"`
-	Target    string `json:"target"`
-	Met       bool   `json:"met"`
-}
-
-const allocGoal = "allocations per cycle"
-
-// checkGoals evaluates the targets of issue 5 that this run has cells for.
-func checkGoals(r *report) []goalResult {
-	cells := map[string]*cellReport{}
-	for i := range r.Cells {
-		cells[r.Cells[i].Name] = &r.Cells[i]
-	}
-	var out []goalResult
-	ratio := func(goal, cell, who, vs string, target float64) {
-		cr := cells[cell]
-		if cr == nil {
-			return
-		}
-		s := cr.contender(who)
-		if s == nil {
-			return
-		}
-		v := s.VsRedsync
-		if vs == "redislock" {
-			v = s.VsRedislock
-		}
-		if v == 0 {
-			return
-		}
-		out = append(out, goalResult{goal, cell, who, fmtRatio(v), fmt.Sprintf(">= %.2f× %s", target, vs), v >= target})
-	}
-	allocs := func(cell, who string, target float64) {
-		if cr := cells[cell]; cr != nil {
-			if s := cr.contender(who); s != nil {
-				out = append(out, goalResult{allocGoal, cell, who, fmt.Sprintf("%.1f", s.AllocsPerOp), fmt.Sprintf("<= %.0f", target), s.AllocsPerOp <= target})
-			}
-		}
-	}
-	for _, who := range []string{"redlock", "redlock-single"} {
-		ratio("N=5, 64 goroutines, uncontended", "n5-g64-uncontended", who, "redsync", 8)
-		ratio("N=1, 64 goroutines", "n1-g64-uncontended", who, "redsync", 5)
-		ratio("N=1, 64 goroutines", "n1-g64-uncontended", who, "redislock", 3)
-		ratio("N=1, one goroutine", "n1-g1-uncontended", who, "redsync", 1.3)
-		ratio("N=1, one goroutine", "n1-g1-uncontended", who, "redislock", 1)
-		ratio("N=5, one goroutine", "n5-g1-uncontended", who, "redsync", 1)
-		ratio("contended, 64 goroutines, N=5 (attempts/s)", "n5-g64-contended", who, "redsync", 8)
-		if cr := cells["n5-g64-contended"]; cr != nil {
-			if s := cr.contender(who); s != nil {
-				out = append(out, goalResult{"zero overlapping holders", cr.Name, who, fmt.Sprint(s.Overlaps), "0", s.Overlaps == 0})
-			}
-		}
-		allocs("n1-g1-uncontended", who, 10)
-		allocs("n5-g1-uncontended", who, 30)
-		if c := r.Ceiling; c != nil && c.CyclesPerSec > 0 {
-			if cr := cells["n1-g64-uncontended"]; cr != nil && cr.contender(who) != nil {
-				// Per repeat, against the ceiling measured in the same repeat.
-				var fs []float64
-				for _, run := range cr.runs[who] {
-					if cy := c.forRepeat(run.Repeat); cy > 0 && run.Elapsed > 0 {
-						fs = append(fs, float64(run.Cycles)/run.Elapsed.Seconds()/cy)
-					}
-				}
-				f := median(fs)
-				out = append(out, goalResult{"half of redis-benchmark -P 16", cr.Name, who, fmt.Sprintf("%.2f of %s/s", f, fmtRate(c.CyclesPerSec)), ">= 0.50", f >= 0.5})
-			}
-		}
-	}
-	return out
 }

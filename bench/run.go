@@ -13,26 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// A cell is one point of the matrix.
-type cell struct {
-	N          int  // masters
-	G          int  // goroutines
-	Contended  bool // 16 hot keys instead of a fresh key per cycle
-	HotKeys    int
-	repeatSeed uint64
-}
-
-func (c cell) Name() string {
-	mode := "uncontended"
-	if c.Contended {
-		mode = "contended"
-	}
-	return fmt.Sprintf("n%d-g%d-%s", c.N, c.G, mode)
-}
 
 // runConfig holds what every measured run shares.
 type runConfig struct {
@@ -41,6 +22,9 @@ type runConfig struct {
 	TTL      time.Duration
 	PoolSize int           // go-redis PoolSize for every contender; 0 keeps go-redis's default
 	Hold     time.Duration // in contended cells, how long a holder keeps the lock before releasing it
+	// Flush lets a run empty the servers (FLUSHALL) between contenders: only
+	// on servers the harness started. Otherwise it deletes its own keys.
+	Flush bool
 }
 
 // runResult is one contender's measurement in one cell and repeat.
@@ -49,48 +33,82 @@ type runResult struct {
 	Repeat    int
 	Position  int // 0 = ran first in its repeat
 	Elapsed   time.Duration
+	Attempts  uint64 // lock calls
 	Cycles    uint64 // successful lock + release
-	Failures  uint64 // attempts that found the lock held
-	Errors    uint64 // lock or unlock calls that returned an error
+	Taken     uint64 // attempts refused because other owners held the key
+	Errors    uint64 // lock or unlock calls that failed otherwise
 	FirstErr  string
 	Overlaps  uint64 // times a lock was granted while another goroutine held it
 	Lat       histogram
-	Mallocs   uint64  // runtime.MemStats.Mallocs delta
-	Bytes     uint64  // runtime.MemStats.TotalAlloc delta
-	ClientCPU float64 // seconds, getrusage(RUSAGE_SELF) user+sys delta
-	ServerCPU float64 // seconds, INFO cpu used_cpu_sys+used_cpu_user delta over the cell's masters
+	Mallocs   uint64    // runtime.MemStats.Mallocs delta
+	Bytes     uint64    // runtime.MemStats.TotalAlloc delta
+	ClientCPU float64   // seconds, getrusage(RUSAGE_SELF) user+sys delta
+	ServerCPU []float64 // seconds, INFO cpu used_cpu_sys+used_cpu_user delta of each server behind the cell; nil without INFO
+	Calls     []uint64  // commands each server executed (INFO commandstats delta); nil without INFO
+	Reads     []uint64  // socket reads each server made (INFO stats total_reads_processed delta)
+	Writes    uint64    // latency cells: chunks the delay proxies forwarded
 }
 
-// Attempts is the number of lock attempts that got an answer: cycles plus failures.
-func (r *runResult) Attempts() uint64 { return r.Cycles + r.Failures }
+// Decisions is the number of attempts answered either way: cycles plus refusals.
+func (r *runResult) Decisions() uint64 { return r.Cycles + r.Taken }
+
+// serverCPU is the CPU seconds of every server behind the cell together, or
+// -1 when INFO was not allowed.
+func (r *runResult) serverCPU() float64 {
+	if r.ServerCPU == nil {
+		return -1
+	}
+	var s float64
+	for _, v := range r.ServerCPU {
+		s += v
+	}
+	return s
+}
 
 type workerStats struct {
-	cycles, failures, errors, overlaps uint64
-	firstErr                           error
-	lat                                histogram
+	attempts, cycles, taken, errors, overlaps uint64
+	firstErr                                  error
+	lat                                       histogram
 }
 
 // hangAfter bounds how long the goroutines of a run may take to finish their
 // last call once the run is over; every contender's calls are bounded well below it.
 const hangAfter = 30 * time.Second
 
-// runOne measures contender c in cell cl: fresh clients, setup, warmup, then
-// the measured run. Each of cl.G goroutines loops lock, (check), release.
-func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runConfig, runID string) (res *runResult, err error) {
-	if err := ms.flush(ctx, cl.N); err != nil {
+// runOne measures contender spec in cell cl over ep: fresh clients, setup,
+// warmup, then the measured run. Each of cl.G goroutines loops lock,
+// (check), release. Every key it makes starts with prefix; it deletes them
+// (or flushes owned servers) before it returns.
+func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg runConfig, prefix string) (res *runResult, err error) {
+	reset := func() error {
+		if cfg.Flush {
+			for _, c := range ep.admin {
+				if err := c.FlushAll(ctx).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		_, err := sweep(ctx, ep.admin, prefix)
+		return err
+	}
+	if err := reset(); err != nil {
 		return nil, err
 	}
-	masters := make([]redis.UniversalClient, cl.N)
-	for i, addr := range ms.addrs(cl.N) {
-		masters[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: cfg.PoolSize, ContextTimeoutEnabled: true})
-	}
 	defer func() {
-		for _, m := range masters {
+		if rerr := reset(); rerr != nil && err == nil {
+			res, err = nil, rerr
+		}
+	}()
+	clients := ep.clients(cfg.PoolSize)
+	defer func() {
+		for _, m := range clients {
 			m.Close()
 		}
 	}()
-	if err := c.Setup(masters, cfg.TTL); err != nil {
-		return nil, fmt.Errorf("%s setup: %w", c.Name(), err)
+	c := spec.New()
+	if err := c.Setup(target{Clients: clients, Options: ep.opts, TTL: cfg.TTL, Prefix: prefix}); err != nil {
+		return nil, fmt.Errorf("%s setup: %w", spec.Name, err)
 	}
 	defer func() {
 		// A Close that fails is the contender's error, reported with the run.
@@ -106,12 +124,12 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 	}
 	hot := make([]string, cl.HotKeys)
 	for i := range hot {
-		hot[i] = "bench:hot:" + strconv.Itoa(i)
+		hot[i] = prefix + "hot:" + strconv.Itoa(i)
 	}
 	holders := make([]atomic.Int32, len(hot))
 	stats := make([]workerStats, cl.G)
 
-	loop := func(prefix string, d time.Duration) (time.Duration, error) {
+	loop := func(keys string, d time.Duration) (time.Duration, error) {
 		var stop atomic.Bool
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -120,7 +138,7 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 				st := &stats[g]
 				w := workers[g]
 				rng := rand.New(rand.NewPCG(cl.repeatSeed, uint64(g)))
-				buf := []byte(prefix + strconv.Itoa(g) + ":")
+				buf := []byte(keys + strconv.Itoa(g) + ":")
 				base := len(buf)
 				var seq uint64
 				for !stop.Load() {
@@ -134,6 +152,7 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 						buf = strconv.AppendUint(buf[:base], seq, 10)
 						key = string(buf)
 					}
+					st.attempts++
 					t0 := time.Now()
 					ok, err := w.Lock(ctx, key)
 					st.lat.Record(time.Since(t0))
@@ -145,7 +164,7 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 						continue
 					}
 					if !ok {
-						st.failures++
+						st.taken++
 						continue
 					}
 					if hk >= 0 {
@@ -182,15 +201,15 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 			// A call that never returns is a bug worth a stack dump; the
 			// stuck goroutines cannot be stopped, so the caller exits.
 			pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
-			return 0, fmt.Errorf("%s: lock or release calls still running %s after the end of the run (goroutines above)", c.Name(), hangAfter)
+			return 0, fmt.Errorf("%s: lock or release calls still running %s after the end of the run (goroutines above)", spec.Name, hangAfter)
 		}
 	}
 
 	if cfg.Warmup > 0 {
-		if _, err := loop("bench:w:"+runID+":", cfg.Warmup); err != nil {
+		if _, err := loop(prefix+"w", cfg.Warmup); err != nil {
 			return nil, err
 		}
-		if err := ms.flush(ctx, cl.N); err != nil {
+		if err := reset(); err != nil {
 			return nil, err
 		}
 	}
@@ -198,37 +217,49 @@ func runOne(ctx context.Context, ms *masterSet, c contender, cl cell, cfg runCon
 		stats[i] = workerStats{}
 	}
 
+	// The INFO calls stay outside the client's measurement (they allocate).
+	srv0, infoErr := serverStats(ctx, ep.admin)
+	var writes0 uint64
+	if ep.writes != nil {
+		writes0 = ep.writes.Load()
+	}
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	cpu0 := processCPU()
-	srv0, err := ms.serverCPU(ctx, cl.N)
-	if err != nil {
-		return nil, err
-	}
-	elapsed, err := loop("bench:u:"+runID+":", cfg.Duration)
-	if err != nil {
-		return nil, err
-	}
-	srv1, err := ms.serverCPU(ctx, cl.N)
+	elapsed, err := loop(prefix+"u", cfg.Duration)
 	if err != nil {
 		return nil, err
 	}
 	cpu1 := processCPU()
 	runtime.ReadMemStats(&m1)
+	var srv1 []serverSample
+	if infoErr == nil {
+		srv1, infoErr = serverStats(ctx, ep.admin)
+	}
 
 	r := &runResult{
-		Contender: c.Name(),
+		Contender: spec.Name,
 		Elapsed:   elapsed,
 		Mallocs:   m1.Mallocs - m0.Mallocs,
 		Bytes:     m1.TotalAlloc - m0.TotalAlloc,
 		ClientCPU: cpu1 - cpu0,
-		ServerCPU: srv1 - srv0,
+	}
+	if ep.writes != nil {
+		r.Writes = ep.writes.Load() - writes0
+	}
+	if infoErr == nil {
+		for i := range srv1 {
+			r.ServerCPU = append(r.ServerCPU, srv1[i].cpu-srv0[i].cpu)
+			r.Calls = append(r.Calls, srv1[i].calls-srv0[i].calls)
+			r.Reads = append(r.Reads, srv1[i].reads-srv0[i].reads)
+		}
 	}
 	for i := range stats {
 		st := &stats[i]
+		r.Attempts += st.attempts
 		r.Cycles += st.cycles
-		r.Failures += st.failures
+		r.Taken += st.taken
 		r.Errors += st.errors
 		r.Overlaps += st.overlaps
 		if r.FirstErr == "" && st.firstErr != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
 )
 
 // Environment variables read when the matching flag is not given.
@@ -89,10 +93,10 @@ func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, erro
 	var opts []*redis.Options
 	seen := map[string]bool{}
 	anyTLS := false
-	for _, spec := range strings.Split(list, ",") {
+	for i, spec := range strings.Split(list, ",") {
 		spec = strings.TrimSpace(spec)
 		if spec == "" {
-			return nil, usagef("--masters: empty address in %q", list)
+			return nil, usagef("--masters: master %d of the list is empty", i+1)
 		}
 		o, err := parseMaster(spec)
 		if err != nil {
@@ -115,6 +119,7 @@ func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, erro
 		if o.TLSConfig != nil {
 			anyTLS = true
 			o.TLSConfig = mergeTLS(o.TLSConfig, base, o.Addr)
+			o.Dialer = dialTLS(o.TLSConfig)
 		}
 		// The library bounds every request by the node timeout through the
 		// context's deadline and makes its own retries: go-redis must honour
@@ -143,37 +148,13 @@ func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, erro
 }
 
 // parseMaster reads one master: a URL (redis://, rediss://, unix://) or
-// host[:port].
+// host[:port], with the library's rules and its secret-free errors.
 func parseMaster(spec string) (*redis.Options, error) {
-	if strings.Contains(spec, "://") {
-		o, err := redis.ParseURL(spec)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %w", redactURL(spec), err)
-		}
-		return o, nil
-	}
-	host, port, err := net.SplitHostPort(spec)
+	o, err := redlock.MasterOptions(spec)
 	if err != nil {
-		// No port: the Redis default.
-		if strings.Contains(spec, "/") || strings.Count(spec, ":") == 1 {
-			return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", spec)
-		}
-		host, port = strings.Trim(spec, "[]"), "6379"
+		return nil, errors.New(strings.TrimPrefix(errText(err), "invalid argument: "))
 	}
-	if host == "" || port == "" {
-		return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", spec)
-	}
-	return &redis.Options{Addr: net.JoinHostPort(host, port)}, nil
-}
-
-// redactURL hides a URL's password in messages.
-func redactURL(s string) string {
-	i := strings.Index(s, "://")
-	at := strings.LastIndex(s, "@")
-	if i < 0 || at < i {
-		return s
-	}
-	return s[:i+3] + "xxx" + s[at:]
+	return o, nil
 }
 
 // tlsConfig builds the TLS settings the flags give, common to every TLS
@@ -225,21 +206,105 @@ func mergeTLS(own, base *tls.Config, addr string) *tls.Config {
 
 // dial makes one client per master and pings them all at once, so the
 // first lock request does not pay for the connection (the node timeout is
-// short). A master that does not answer is not an error here: the quorum
-// may do without it, and the lock's error names it.
-func dial(opts []*redis.Options) []*redis.Client {
+// short); it returns each ping's error. A master that does not answer is
+// not an error here: the quorum may do without it, and the lock's error
+// names it. When ctx ends first, dial returns at once, without the errors:
+// a ping waiting for a reply ends only at its deadline.
+func dial(ctx context.Context, opts []*redis.Options) ([]*redis.Client, []error) {
 	clients := make([]*redis.Client, len(opts))
 	for i, o := range opts {
 		clients[i] = redis.NewClient(o)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
-	defer cancel()
+	pctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	errs := make([]error, len(clients))
 	var wg sync.WaitGroup
-	for _, c := range clients {
-		wg.Go(func() { _ = c.Ping(ctx).Err() })
+	for i, c := range clients {
+		wg.Go(func() { errs[i] = c.Ping(pctx).Err() })
 	}
-	wg.Wait()
-	return clients
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		cancel()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return clients, errs
+	case <-ctx.Done():
+		return clients, nil
+	}
+}
+
+// probeAfter is how long a TLS handshake may go unanswered before redlock
+// asks the master, on a connection of its own, whether it speaks plain
+// RESP: a plaintext Redis takes the TLS greeting for the start of a
+// command line and waits, silent, for the rest.
+const probeAfter = 200 * time.Millisecond
+
+// errPlaintext is a master that answers plaintext RESP to a TLS client.
+var errPlaintext = errors.New("answers in plaintext, not TLS (drop --tls for it, or write redis:// rather than rediss://)")
+
+// dialTLS returns a go-redis dialer for a TLS master that honours the
+// context during the handshake too, and fails with errPlaintext, soon,
+// against a plaintext server.
+func dialTLS(cfg *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: dialTimeout}
+		raw, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, cfg)
+		hs := make(chan error, 1)
+		go func() { hs <- conn.HandshakeContext(ctx) }()
+		probe := time.NewTimer(probeAfter)
+		defer probe.Stop()
+		var plain chan bool
+		for {
+			select {
+			case err := <-hs:
+				if err != nil {
+					raw.Close()
+					return nil, err
+				}
+				return conn, nil
+			case <-probe.C:
+				plain = make(chan bool, 1)
+				go func() { plain <- speaksPlain(ctx, network, addr) }()
+			case p := <-plain:
+				plain = nil
+				if p {
+					raw.Close()
+					<-hs
+					return nil, errPlaintext
+				}
+			}
+		}
+	}
+}
+
+// speaksPlain reports whether addr answers a plaintext PING in RESP (a
+// reply or an error, such as NOAUTH). A TLS server closes the connection
+// or answers with a TLS alert.
+func speaksPlain(ctx context.Context, network, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return false
+	}
+	return b[0] == '+' || b[0] == '-'
 }
 
 func closeAll(clients []*redis.Client) {

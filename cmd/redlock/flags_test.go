@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestUsage(t *testing.T) {
@@ -28,6 +29,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"run", "--fencing=maybe"}, exitUsage, "", "-fencing"},
 		{[]string{"run", "--masters", "h:1", "--", "true"}, exitUsage, "", "--key"},
 		{[]string{"run", "--masters", "h:1", "--key", "k"}, exitUsage, "", "no command"},
+		{[]string{"run", "--masters", "h:1", "--key", "k", "--ttl", "10s", "--grace", "5001ms", "--", "true"}, exitUsage, "", "--grace"},
+		{[]string{"run", "--masters", "h:1", "--key", "k", "--grace", "-1s", "--", "true"}, exitUsage, "", "--grace"},
 		{[]string{"run", "--key", "k", "--", "true"}, exitUsage, "", "--masters"},
 		{[]string{"run", "--masters", "h:1,h:1", "--key", "k", "--", "true"}, exitUsage, "", "listed twice"},
 		{[]string{"run", "--masters", "h:1,,h:2", "--key", "k", "--", "true"}, exitUsage, "", "--masters"},
@@ -52,6 +55,18 @@ func TestUsage(t *testing.T) {
 		}
 		if strings.Contains(stderr.String(), "pw@") {
 			t.Errorf("%q: stderr shows a password: %s", tc.args, stderr.String())
+		}
+	}
+}
+
+func TestDefaultGrace(t *testing.T) {
+	for ttl, want := range map[time.Duration]time.Duration{
+		3 * time.Second:  time.Second,
+		30 * time.Second: 10 * time.Second,
+		time.Hour:        10 * time.Second,
+	} {
+		if got := defaultGrace(ttl); got != want {
+			t.Errorf("defaultGrace(%v) = %v, want %v", ttl, got, want)
 		}
 	}
 }

@@ -24,7 +24,7 @@ import (
 const (
 	exitUsage       = 2   // bad flags or arguments
 	exitNotObtained = 75  // EX_TEMPFAIL: another owner holds the lock; the command did not start
-	exitLost        = 76  // the lock was lost while the command ran; the command was terminated
+	exitLost        = 76  // the lock was lost, or its validity ran down to --grace, while the job ran; the job was terminated
 	exitFailure     = 125 // redlock's own failure: no quorum of masters reachable, ... (as env(1), timeout(1))
 	exitCannotExec  = 126 // the command was found but could not be started
 	exitNotFound    = 127 // the command was not found
@@ -49,8 +49,10 @@ refuse stale fences ($REDLOCK_FENCE).
 Exit status of 'redlock run':
   N     the command's own status (128+S when a signal S killed it)
   75    not obtained: another owner holds the lock (after --wait); the command did not start
-  76    the lock was lost while the command ran; the command got SIGTERM (SIGKILL after --grace)
-  125   redlock failed: too few masters reachable for a quorum, a master refused (auth), ...
+  76    the lock was lost, or its validity ran down to --grace, while the job ran;
+        the job got SIGTERM (SIGKILL after --grace)
+  125   redlock failed: too few masters reachable for a quorum, a master refused (auth),
+        a master answers in plaintext to --tls, the job's guard process died, ...
   126   the command could not be executed
   127   the command was not found
   2     usage error (bad flag or argument)
@@ -84,6 +86,8 @@ func cli(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return runCmd(args[1:], getenv, stdout, stderr)
 	case "status":
 		return statusCmd(args[1:], getenv, stdout, stderr)
+	case guardArg:
+		return guardMain(args[1:])
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			return cli([]string{args[1], "--help"}, getenv, stdout, stderr)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,20 +38,42 @@ const timeout = 30 * time.Second
 // A proc is one redlock process.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer
 	exited         chan struct{}
 	err            error
+}
+
+// A syncBuffer is a bytes.Buffer that the test may read while the
+// process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // start runs redlock with args; env adds to a clean environment (no
 // REDLOCK_* variables from the caller's).
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: exec.Command(self, args...), exited: make(chan struct{})}
+	return startAs(t, nil, env, args...)
+}
+
+// startAs is start with the process attributes attr (nil: the default).
+func startAs(t *testing.T, attr *syscall.SysProcAttr, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(redlockBin(t), args...), exited: make(chan struct{})}
+	p.cmd.SysProcAttr = attr
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "REDLOCK_") {
 			p.cmd.Env = append(p.cmd.Env, kv)
@@ -76,6 +99,16 @@ func start(t *testing.T, env []string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// redlockBin is the program that behaves as redlock with envBeRedlock=1.
+func redlockBin(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return self
 }
 
 // wait returns redlock's exit status.
@@ -111,22 +144,26 @@ func runRedlock(t *testing.T, env []string, args ...string) (code int, stdout, s
 	return code, p.stdout.String(), p.stderr.String()
 }
 
+// waitFor polls cond until it holds. It fails the test, saying what it
+// waited for, after timeout or, when p is not nil, once p has exited.
+func waitFor(t *testing.T, p *proc, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if p != nil && !p.running() && !cond() {
+			t.Fatalf("redlock exited (%v) before %s; stderr:\n%s", p.err, what, p.stderr.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitFile waits until path exists, or p exits, or the timeout.
 func waitFile(t *testing.T, p *proc, path string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if p != nil && !p.running() {
-			t.Fatalf("redlock exited (%v) before %s appeared; stderr:\n%s", p.err, filepath.Base(path), p.stderr.String())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear within %v", path, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, p, filepath.Base(path)+" appeared", func() bool { return exists(path) })
 }
 
 func touch(t *testing.T, path string) {

@@ -7,42 +7,37 @@ import (
 	"syscall"
 )
 
-// forwarded are the signals redlock passes on to the command.
+// forwarded are the signals redlock passes on to the job.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// stopSignals stop redlock and its job together (a terminal's Ctrl-Z, a
+// background read or write); contSignal continues them.
+var (
+	stopSignals           = []os.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
+	contSignal  os.Signal = syscall.SIGCONT
+)
 
 var terminate, killSignal os.Signal = syscall.SIGTERM, syscall.SIGKILL
 
-// sysProcAttr puts the command in its own process group, so that a signal
-// reaches the whole job (a shell script's children too) and a terminal's
-// Ctrl-C reaches it once, through redlock, not twice.
-func sysProcAttr() *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true}
-	pdeathsig(a)
-	return a
+// suspendSelf stops redlock with SIGSTOP and returns once it has been
+// continued: when cont, which must get SIGCONT, receives it.
+func suspendSelf(cont <-chan os.Signal) {
+	for len(cont) > 0 {
+		<-cont
+	}
+	if syscall.Kill(os.Getpid(), syscall.SIGSTOP) != nil {
+		return
+	}
+	<-cont
 }
 
-// signalGroup sends sig to p's process group.
-func signalGroup(p *os.Process, sig os.Signal) error {
-	s, ok := sig.(syscall.Signal)
-	if !ok {
-		return p.Signal(sig)
-	}
-	if err := syscall.Kill(-p.Pid, s); err != nil {
-		if err == syscall.ESRCH {
-			return os.ErrProcessDone
-		}
-		return err
-	}
-	return nil
-}
-
-// exitStatus is the command's status as a shell reports it: 128+S when
-// signal S killed it.
-func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+// exitStatus is a status as a shell reports it: 128+S when signal S
+// killed the process.
+func exitStatus(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
-	return ps.ExitCode()
+	return ws.ExitStatus()
 }
 
 func signum(s os.Signal) int {

@@ -6,11 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,15 +19,32 @@ import (
 const runSynopsis = `Usage: redlock run --masters ADDR[,ADDR...] --key KEY [--ttl 30s] [--wait 10s] [flags] -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock on KEY, renewed every ttl/3, and
-releases it when COMMAND ends. If the lock is not obtained (after --wait),
-COMMAND does not start and redlock exits 75. If the lock is lost while
-COMMAND runs, COMMAND's process group gets SIGTERM, then SIGKILL after
---grace, and redlock exits 76. SIGINT, SIGTERM and SIGHUP sent to redlock go
-to COMMAND's process group; redlock then waits for COMMAND. Otherwise redlock
-exits with COMMAND's status (128+S when signal S killed it).
+releases it once no process of the job is left. If the lock is not
+obtained (after --wait), COMMAND does not start and redlock exits 75.
 
-COMMAND runs in its own process group with REDLOCK_KEY, REDLOCK_TOKEN and,
-with --fencing, REDLOCK_FENCE in its environment.`
+The job is COMMAND and every process it starts, also one that outlives
+COMMAND or leaves its process group or session (setsid, a daemon). On
+Linux redlock follows them all; elsewhere the job is COMMAND's process
+group, and COMMAND alone is waited for. Each signal below goes to every
+process of the job.
+
+When the lock's remaining validity is down to --grace (renewals late or
+failing), or when the lock is lost, the job gets SIGTERM, then SIGKILL
+--grace later, by the time the validity ends; redlock exits 76. SIGINT,
+SIGTERM and SIGHUP sent to redlock go to the job; redlock then waits for
+it. Ctrl-Z (SIGTSTP, SIGTTIN, SIGTTOU) stops the job with SIGSTOP, then
+redlock; SIGCONT to redlock continues both, but a job whose lock's
+validity ran down to --grace meanwhile gets SIGTERM first. On Linux, if
+redlock dies, even of SIGKILL, the job is killed. Otherwise redlock exits
+with COMMAND's status (128+S when signal S killed it).
+
+COMMAND gets REDLOCK_KEY, REDLOCK_TOKEN and, with --fencing only,
+REDLOCK_FENCE in its environment, and no REDLOCK_MASTERS or
+REDLOCK_PASSWORD.`
+
+// defaultGrace is --grace when not given: a third of the TTL, which
+// renewals every ttl/3 keep the validity well above, and at most 10s.
+func defaultGrace(ttl time.Duration) time.Duration { return min(10*time.Second, ttl/3) }
 
 // runCmd is `redlock run`.
 func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -36,12 +52,17 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	var cf connFlags
 	cf.register(fset)
 	key := fset.String("key", "", "the lock's key (required)")
-	ttl := fset.Duration("ttl", 30*time.Second, "the lock's time to live; renewed every ttl/3 while COMMAND runs")
+	ttl := fset.Duration("ttl", 30*time.Second, "the lock's time to live; renewed every ttl/3 while the job runs")
 	wait := fset.Duration("wait", 0, "how long to keep trying to obtain the lock (retries about every wait/10, 50ms to 1s, jittered); 0: one attempt")
-	grace := fset.Duration("grace", 10*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
-	fencing := fset.Bool("fencing", false, "give the lock a fencing token, passed to COMMAND as $REDLOCK_FENCE")
+	grace := fset.Duration("grace", 0, "the job gets SIGTERM once the lock's remaining validity is down to this, and SIGKILL this long after; at most ttl/2 (default ttl/3, at most 10s)")
+	fencing := fset.Bool("fencing", false, "give the lock a fencing token, passed to the job as $REDLOCK_FENCE")
 	if code, ok := parse(fset, args, runSynopsis, stdout, stderr); !ok {
 		return code
+	}
+	graceSet := false
+	fset.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "grace" })
+	if !graceSet {
+		*grace = defaultGrace(*ttl)
 	}
 	command := fset.Args()
 	var err error
@@ -54,6 +75,8 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		err = usagef("--wait must be >= 0, got %v", *wait)
 	case *grace < 0:
 		err = usagef("--grace must be >= 0, got %v", *grace)
+	case *grace > *ttl/2:
+		err = usagef("--grace %v is more than half of --ttl %v: the job gets SIGTERM once the lock's validity is down to --grace, which renewals every ttl/3 must stay above", *grace, *ttl)
 	case len(command) == 0:
 		err = usagef("no command given (redlock run [flags] -- COMMAND [ARGS...])")
 	}
@@ -74,15 +97,27 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	if *fencing {
 		lopts = append(lopts, redlock.WithFencing())
 	}
-	// Catch the signals before anything else: one that arrives while the
-	// lock is being obtained ends the wait, one that arrives later goes to
-	// the command.
+	// Catch the signals before anything else: one that arrives while
+	// redlock connects or waits for the lock ends that at once, one that
+	// arrives later goes to the job.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 	r := &runner{key: *key, ttl: *ttl, wait: *wait, grace: *grace, command: command, stderr: stderr, sigs: sigs}
-	clients := dial(opts)
+	var clients []*redis.Client
+	var dialErrs []error
+	s := interruptible(sigs, func(ctx context.Context) { clients, dialErrs = dial(ctx, opts) })
 	defer closeAll(clients)
+	if s != nil {
+		r.errorf("%v while connecting to the masters; the command did not start", s)
+		return 128 + signum(s)
+	}
+	for i, err := range dialErrs {
+		if errors.Is(err, errPlaintext) {
+			r.errorf("master %s %v; the command did not start", opts[i].Addr, err)
+			return exitFailure
+		}
+	}
 	masters := make([]redis.UniversalClient, len(clients))
 	for i, c := range clients {
 		masters[i] = c
@@ -110,13 +145,50 @@ type runner struct {
 	sigs    <-chan os.Signal // the signals to forward
 }
 
+// errorf prints one line on stderr. Errors among args lose the library's
+// "redlock: " prefix (the line has it once), and control characters are
+// escaped, so that a master's answer cannot forge lines or drive the
+// terminal.
 func (r *runner) errorf(format string, args ...any) {
-	fmt.Fprintf(r.stderr, "redlock: "+format+"\n", args...)
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			args[i] = errText(err)
+		}
+	}
+	fmt.Fprintf(r.stderr, "redlock: %s\n", escapeControl(fmt.Sprintf(format, args...)))
+}
+
+// errText is err's message without the "redlock: " that the library puts
+// before its errors, also those it wraps.
+func errText(err error) string {
+	s := strings.TrimPrefix(err.Error(), "redlock: ")
+	s = strings.ReplaceAll(s, ": redlock: ", ": ")
+	return strings.ReplaceAll(s, "(redlock: ", "(")
+}
+
+// interruptible runs f with a context that a signal from sigs cancels,
+// and returns that signal, or nil.
+func interruptible(sigs <-chan os.Signal, f func(ctx context.Context)) os.Signal {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	got := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel()
+			got <- s
+		case <-done:
+			got <- nil
+		}
+	}()
+	f(ctx)
+	close(done)
+	return <-got
 }
 
 func (r *runner) run(lc *redlock.Client) int {
-	sigs := r.sigs
-	lock, code, ok := r.obtain(lc, sigs)
+	lock, code, ok := r.obtain(lc)
 	if !ok {
 		return code
 	}
@@ -126,17 +198,17 @@ func (r *runner) run(lc *redlock.Client) int {
 		r.errorf("%v", err)
 		return exitFailure
 	}
-	status, ran := r.supervise(lock, work, sigs)
+	status, ran, termed := r.supervise(lock, work)
 	stop()
 	// stop has ended the watchdog: a loss it reported is in the cause now,
 	// and nothing can report one after.
-	lost := errors.Is(context.Cause(work), redlock.ErrLockLost)
+	lost := termed || errors.Is(context.Cause(work), redlock.ErrLockLost)
 	rerr := r.release(lock)
 	switch {
 	case lost:
 		return exitLost
 	case errors.Is(rerr, redlock.ErrLockLost):
-		// The command ran to its end, but the lock was no longer ours when
+		// The job ran to its end, but the lock was no longer ours when
 		// it did: its work may have overlapped another holder's.
 		r.errorf("the command exited (status %d), but the lock on %q was found lost at release: %v", status, r.key, rerr)
 		return exitLost
@@ -150,29 +222,22 @@ func (r *runner) run(lc *redlock.Client) int {
 
 // obtain takes the lock; on failure it reports why and returns the exit
 // status.
-func (r *runner) obtain(lc *redlock.Client, sigs <-chan os.Signal) (*redlock.Lock, int, bool) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+func (r *runner) obtain(lc *redlock.Client) (*redlock.Lock, int, bool) {
 	var oopts []redlock.ObtainOption
 	if r.wait > 0 {
-		ctx, cancel = context.WithTimeout(ctx, r.wait)
-		defer cancel()
 		oopts = append(oopts, redlock.WithRetry(redlock.LinearBackoff(min(max(r.wait/10, 50*time.Millisecond), time.Second))))
 	}
-	done := make(chan struct{})
-	interrupted := make(chan os.Signal, 1) // the signal that ended the wait, or nil
-	go func() {
-		select {
-		case s := <-sigs:
-			cancel()
-			interrupted <- s
-		case <-done:
-			interrupted <- nil
+	var lock *redlock.Lock
+	var err error
+	s := interruptible(r.sigs, func(ctx context.Context) {
+		if r.wait > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, r.wait)
+			defer cancel()
 		}
-	}()
-	lock, err := lc.Obtain(ctx, r.key, r.ttl, oopts...)
-	close(done)
-	if s := <-interrupted; s != nil {
+		lock, err = lc.Obtain(ctx, r.key, r.ttl, oopts...)
+	})
+	if s != nil {
 		if lock != nil {
 			_ = r.release(lock)
 		}
@@ -203,47 +268,126 @@ func (r *runner) release(lock *redlock.Lock) error {
 	return lock.Release(context.Background())
 }
 
-// supervise starts the command and waits for it to end, forwarding
-// signals and terminating it if the lock is lost. It returns the exit
-// status to report and whether the command ran.
-func (r *runner) supervise(lock *redlock.Lock, work context.Context, sigs <-chan os.Signal) (int, bool) {
-	cmd := exec.Command(r.command[0], r.command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "REDLOCK_KEY="+r.key, "REDLOCK_TOKEN="+lock.Token())
-	if f := lock.Fence(); f > 0 {
-		cmd.Env = append(cmd.Env, "REDLOCK_FENCE="+strconv.FormatInt(f, 10))
-	}
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		r.errorf("%v", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound, false
+// Variables redlock reads or sets: none reaches the job unless set for it.
+const (
+	envKey   = "REDLOCK_KEY"
+	envToken = "REDLOCK_TOKEN"
+	envFence = "REDLOCK_FENCE"
+)
+
+// jobEnv is the job's environment: redlock's own, without the masters and
+// password it was given and without an outer run's REDLOCK_* variables,
+// with this lock's.
+func jobEnv(environ []string, key string, lock *redlock.Lock) []string {
+	env := make([]string, 0, len(environ)+3)
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case envMasters, envPassword, envKey, envToken, envFence:
+			continue
 		}
-		return exitCannotExec, false
+		env = append(env, kv)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	lost := work.Done()
-	var kill <-chan time.Time
+	env = append(env, envKey+"="+key, envToken+"="+lock.Token())
+	if f := lock.Fence(); f > 0 {
+		env = append(env, envFence+"="+strconv.FormatInt(f, 10))
+	}
+	return env
+}
+
+// noteAfter is how long the job's processes may outlive COMMAND before
+// redlock says why it still holds the lock.
+const noteAfter = time.Second
+
+// supervise starts the job and waits until no process of it is left,
+// forwarding signals and terminating it when the lock can no longer be
+// trusted. It returns the exit status to report, whether the job ran, and
+// whether redlock terminated it for the lock's sake.
+func (r *runner) supervise(lock *redlock.Lock, work context.Context) (status int, ran, termed bool) {
+	j, code, err := startJob(r.command, jobEnv(os.Environ(), r.key, lock))
+	if err != nil {
+		r.errorf("%v", err)
+		return code, false, false
+	}
+	stops := make(chan os.Signal, 1)
+	cont := make(chan os.Signal, 1)
+	if len(stopSignals) > 0 {
+		signal.Notify(stops, stopSignals...)
+		signal.Notify(cont, contSignal)
+		defer signal.Stop(stops)
+		defer signal.Stop(cont)
+	}
+	// The job is told when the validity is down to --grace: warn fires
+	// then at the earliest; a renewal in between sets it again.
+	warn := time.NewTimer(lock.Validity() - r.grace)
+	defer warn.Stop()
+	var kill, note <-chan time.Time
+	term := func(format string, args ...any) {
+		r.errorf(format+"; sending the job SIGTERM, SIGKILL in %v", append(args, r.grace)...)
+		termed = true
+		j.signal(terminate)
+		kill = time.After(r.grace)
+	}
+	lost, exited := work.Done(), j.exited
 	for {
 		select {
-		case s := <-sigs:
-			if err := signalGroup(cmd.Process, s); err != nil && !errors.Is(err, os.ErrProcessDone) {
-				r.errorf("forwarding %v: %v", s, err)
+		case s := <-r.sigs:
+			j.signal(s)
+		case <-stops:
+			j.stop()
+			suspendSelf(cont)
+			// The job stays stopped until it is told, if it must be: it
+			// does not run on while another holder may.
+			if v := lock.Validity(); !termed && v <= r.grace {
+				term("lock %q: only %v of its validity left after redlock was stopped", r.key, v.Round(time.Millisecond))
+			}
+			j.cont()
+		case <-warn.C:
+			if v := lock.Validity(); v > r.grace {
+				warn.Reset(v - r.grace)
+			} else if !termed {
+				term("lock %q: not renewed in time, only %v of its validity left", r.key, v.Round(time.Millisecond))
 			}
 		case <-lost:
 			lost = nil
-			r.errorf("lock %q lost while the command ran (%v); sending SIGTERM, SIGKILL in %v", r.key, context.Cause(work), r.grace)
-			_ = signalGroup(cmd.Process, terminate)
-			t := time.NewTimer(r.grace)
-			defer t.Stop()
-			kill = t.C
+			if termed {
+				r.errorf("lock %q lost (%v)", r.key, context.Cause(work))
+			} else {
+				term("lock %q lost while the job ran (%v)", r.key, context.Cause(work))
+			}
 		case <-kill:
-			kill = nil
-			r.errorf("the command did not exit within --grace %v; sending SIGKILL", r.grace)
-			_ = signalGroup(cmd.Process, killSignal)
+			// Again every 100ms: a process forked meanwhile dies too.
+			r.errorf("the job did not exit within --grace %v; sending SIGKILL", r.grace)
+			j.signal(killSignal)
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-j.done:
+					return r.ended(j), true, termed
+				case <-t.C:
+					j.signal(killSignal)
+				}
+			}
 		case <-exited:
-			return exitStatus(cmd.ProcessState), true
+			exited = nil
+			note = time.After(noteAfter)
+		case <-note:
+			if n := j.left(); n > 0 {
+				r.errorf("the command exited (status %d); the lock stays held until every process it started has ended (%d left)", j.status, n)
+			}
+		case <-j.done:
+			return r.ended(j), true, termed
 		}
 	}
+}
+
+// ended reports a job whose processes could not be followed to their end
+// and returns the status to exit with.
+func (r *runner) ended(j *job) int {
+	if j.err != nil {
+		r.errorf("%v", j.err)
+		return exitFailure
+	}
+	return j.status
 }

@@ -25,11 +25,14 @@ func cluster(t *testing.T, n int) (string, []redis.UniversalClient) {
 	return strings.Join(addrs, ","), redistest.Clients(t, servers)
 }
 
-// lockFlags are short-lived locks for fast tests; the node timeout is
-// generous for a busy machine.
+// lockFlags are short-lived locks for fast tests. The node timeout is
+// generous for a busy machine, and so is the TTL: the job gets SIGTERM
+// once renewals are late by a third of it (the default --grace).
 func lockFlags(masters, key string) []string {
-	return []string{"run", "--masters", masters, "--key", key, "--ttl", "1s", "--node-timeout", "300ms"}
+	return []string{"run", "--masters", masters, "--key", key, "--ttl", testTTL.String(), "--node-timeout", "300ms"}
 }
+
+const testTTL = 3 * time.Second
 
 func args(flags []string, rest ...string) []string {
 	return append(append([]string{}, flags...), rest...)
@@ -109,7 +112,7 @@ func TestRunLongerThanTTLIsRenewed(t *testing.T) {
 	masters, clients := cluster(t, 3)
 	dir := t.TempDir()
 	flags := lockFlags(masters, "long")
-	// The command outlives several TTLs (1s), counted by the renewals it
+	// The command outlives several TTLs, counted by the renewals it
 	// survives rather than by a clock: it ends once the key's TTL has been
 	// reset above what is left three times.
 	started, stop := filepath.Join(dir, "started"), filepath.Join(dir, "stop")
@@ -151,6 +154,18 @@ func TestRunLongerThanTTLIsRenewed(t *testing.T) {
 	assertFree(t, clients, "long")
 }
 
+// waitExpired waits until key is gone from the master c.
+func waitExpired(t *testing.T, c redis.UniversalClient, key string) {
+	t.Helper()
+	waitFor(t, nil, key+" expired", func() bool {
+		n, err := c.Exists(ctxT(t), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+}
+
 // intrude overwrites key on every master, as another owner would after the
 // lock had lapsed.
 func intrude(t *testing.T, clients []redis.UniversalClient, key string) {
@@ -187,6 +202,7 @@ func TestLostLockTerminatesTheCommand(t *testing.T) {
 			if !strings.Contains(a.stderr.String(), "lost") {
 				t.Errorf("stderr does not say the lock was lost:\n%s", a.stderr.String())
 			}
+			oneLinePerMessage(t, a.stderr.String())
 			// The intruder's keys are not redlock's to delete.
 			for i, c := range clients {
 				if v, err := c.Get(ctxT(t), "lost").Result(); v != "intruder" {
@@ -273,41 +289,155 @@ func TestSignalWhileWaiting(t *testing.T) {
 	}
 }
 
+// envOf reads a file the job wrote with env -0 into a map, failing on a
+// name that appears twice.
+func envOf(t *testing.T, path string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, kv := range strings.Split(strings.TrimSuffix(readFile(t, path), "\x00"), "\x00") {
+		name, value, _ := strings.Cut(kv, "=")
+		if _, dup := env[name]; dup {
+			t.Errorf("%s appears twice in the job's environment", name)
+		}
+		env[name] = value
+	}
+	return env
+}
+
+// The job gets REDLOCK_KEY, REDLOCK_TOKEN and, with --fencing only,
+// REDLOCK_FENCE; none of the masters, password or an outer run's
+// variables; the rest of redlock's environment as it is.
 func TestEnvironment(t *testing.T) {
 	t.Parallel()
-	// One master: the single-instance lock.
-	masters, clients := cluster(t, 1)
+	// One master, with a user whose password must stay out of the job's
+	// environment.
+	s := redistest.Start(t, 1, redistest.Options{Args: []string{"--user", "alice", "on", ">s3cret", "~*", "&*", "+@all"}})[0]
+	clients := redistest.Clients(t, []*redistest.Server{s})
 	dir := t.TempDir()
 	out, started, stop := filepath.Join(dir, "out"), filepath.Join(dir, "started"), filepath.Join(dir, "stop")
-	script := `printf '%s|%s|%s|%s' "$REDLOCK_KEY" "$REDLOCK_TOKEN" "${REDLOCK_FENCE-unset}" "$EXTRA" > "$1"; shift; ` + holdScript
+	script := `env -0 > "$1"; shift; ` + holdScript
+	// What an outer redlock run and the caller leave in the environment.
+	outer := []string{"REDLOCK_FENCE=999", "REDLOCK_KEY=outer", "REDLOCK_TOKEN=outer-token", "EXTRA=kept"}
 	for i, tc := range []struct {
 		fencing bool
-		fence   string
-	}{{false, "unset"}, {true, "1"}, {true, "2"}} {
+		env     []string
+		flags   []string
+		fence   string // "" for none
+	}{
+		// The masters, with the password, from the environment.
+		{false, []string{"REDLOCK_MASTERS=redis://alice:s3cret@" + s.Addr()}, nil, ""},
+		{true, []string{"REDLOCK_MASTERS=redis://alice:s3cret@" + s.Addr()}, nil, "1"},
+		// The password alone from the environment.
+		{true, []string{"REDLOCK_MASTERS=" + s.Addr(), "REDLOCK_PASSWORD=s3cret"}, []string{"--user", "alice"}, "2"},
+		{false, []string{"REDLOCK_PASSWORD=s3cret"}, []string{"--masters", s.Addr(), "--user", "alice"}, ""},
+	} {
 		for _, f := range []string{out, started, stop} {
 			_ = os.Remove(f)
 		}
-		flags := []string{"run", "--key", "env", "--prefix", "app:", "--ttl", "1s", "--node-timeout", "300ms"}
+		flags := append([]string{"run", "--key", "env", "--prefix", "app:", "--ttl", testTTL.String(), "--node-timeout", "300ms"}, tc.flags...)
 		if tc.fencing {
 			flags = append(flags, "--fencing")
 		}
-		// The masters come from the environment, and the environment reaches the command.
-		a := start(t, []string{"REDLOCK_MASTERS=" + masters, "EXTRA=kept"}, args(flags, "--", "sh", "-c", script, "sh", out, started, stop)...)
+		a := start(t, append(append([]string{}, outer...), tc.env...), args(flags, "--", "sh", "-c", script, "sh", out, started, stop)...)
 		waitFile(t, a, started)
-		got := strings.Split(readFile(t, out), "|")
-		if len(got) != 4 {
-			t.Fatalf("run %d: child saw %q", i, got)
-		}
+		env := envOf(t, out)
 		token, err := clients[0].Get(ctxT(t), "app:env").Result()
 		if err != nil {
 			t.Fatalf("run %d: GET app:env: %v", i, err)
 		}
-		if got[0] != "env" || got[1] != token || got[2] != tc.fence || got[3] != "kept" {
-			t.Errorf("run %d: child saw KEY=%q TOKEN=%q FENCE=%q EXTRA=%q; want env, %q (the key's value), %s, kept", i, got[0], got[1], got[2], got[3], token, tc.fence)
+		if env["REDLOCK_KEY"] != "env" || env["REDLOCK_TOKEN"] != token || env["EXTRA"] != "kept" {
+			t.Errorf("run %d: job saw KEY=%q TOKEN=%q EXTRA=%q; want env, %q (the key's value), kept", i, env["REDLOCK_KEY"], env["REDLOCK_TOKEN"], env["EXTRA"], token)
+		}
+		if fence, ok := env["REDLOCK_FENCE"]; fence != tc.fence || ok != (tc.fence != "") {
+			t.Errorf("run %d: job saw REDLOCK_FENCE=%q (set %v); want %q", i, fence, ok, tc.fence)
+		}
+		for _, name := range []string{"REDLOCK_MASTERS", "REDLOCK_PASSWORD"} {
+			if v, ok := env[name]; ok {
+				t.Errorf("run %d: the job got %s=%q", i, name, v)
+			}
+		}
+		if strings.Contains(readFile(t, out), "s3cret") {
+			t.Errorf("run %d: the password is in the job's environment", i)
 		}
 		touch(t, stop)
 		if code := a.wait(t); code != 0 {
 			t.Errorf("run %d: exit %d; stderr:\n%s", i, code, a.stderr.String())
+		}
+	}
+}
+
+// A redlock run inside another's job sees only its own lock's variables:
+// without --fencing, no REDLOCK_FENCE from the outer run.
+func TestNestedRun(t *testing.T) {
+	t.Parallel()
+	masters, _ := cluster(t, 1)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "inner.env")
+	// The inner run needs its own --masters: the outer one's are not passed on.
+	inner := `"$1" run --masters "$2" --key inner --ttl 3s --node-timeout 300ms -- sh -c 'env -0 > "$0"' "$3"`
+	code, _, stderr := runRedlock(t, []string{"REDLOCK_MASTERS=" + masters},
+		"run", "--key", "outer", "--fencing", "--ttl", testTTL.String(), "--node-timeout", "300ms", "--", "sh", "-c", inner, "sh", redlockBin(t), masters, out)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	env := envOf(t, out)
+	if env["REDLOCK_KEY"] != "inner" || env["REDLOCK_TOKEN"] == "" {
+		t.Errorf("inner job saw KEY=%q TOKEN=%q; want inner and its token", env["REDLOCK_KEY"], env["REDLOCK_TOKEN"])
+	}
+	if fence, ok := env["REDLOCK_FENCE"]; ok {
+		t.Errorf("inner job without --fencing saw the outer run's REDLOCK_FENCE=%q", fence)
+	}
+	if v, ok := env["REDLOCK_MASTERS"]; ok {
+		t.Errorf("inner job saw REDLOCK_MASTERS=%q", v)
+	}
+}
+
+// A password in --masters or $REDLOCK_MASTERS appears in no message, also
+// when its URL does not parse: the parser's messages repeat parts of it.
+func TestPasswordsStayOutOfMessages(t *testing.T) {
+	t.Parallel()
+	// Each URL hides the secret "S3CRET" (or its digits 7301) somewhere
+	// the URL parser or go-redis would quote it.
+	// No URL names a host to look up: a mistake in this test must not
+	// query a name server.
+	for _, bad := range []string{
+		"redis://u:S3/CRET@127.0.0.1:1",                    // the path starts inside the password: a bad port
+		"redis://u:73/01@127.0.0.1:1",                      // ... or a bad database number
+		"redis://u:S3%zzCRET@127.0.0.1:1",                  // a bad escape
+		"redis://u:S3CRET@127.0.0.1:1/x",                   // a bad database number after a good password
+		"redis://u:S3CRET@127.0.0.1:1?bogus=1",             // an unknown option
+		"redis://u:S3CRET@127.0.0.1:1,,127.0.0.1:2",        // an empty master in the list
+		"redis://u:S3CRET@[::1:1",                          // a bad host
+		"bogus://u:S3CRET@127.0.0.1:1",                     // an unknown scheme
+		"redis://u:S3CRET@127.0.0.1:1,127.0.0.1:1",         // a master listed twice
+		"redis://u:S3CRET@127.0.0.1:1\x7f",                 // a control character
+		"redis://u:S3CRET@127.0.0.1:1 redis://127.0.0.1:2", // a space
+	} {
+		for _, sub := range []string{"run", "status"} {
+			for _, viaEnv := range []bool{false, true} {
+				a := []string{sub, "--key", "k"}
+				var env []string
+				if viaEnv {
+					env = []string{"REDLOCK_MASTERS=" + bad}
+				} else {
+					a = append(a, "--masters", bad)
+				}
+				if sub == "run" {
+					a = append(a, "--", "true")
+				}
+				code, stdout, stderr := runRedlock(t, env, a...)
+				if code != exitUsage {
+					t.Errorf("%q (env %v): exit %d, want %d; stderr:\n%s", a, viaEnv, code, exitUsage, stderr)
+				}
+				for _, secret := range []string{"S3", "CRET", "73", "01"} {
+					if strings.Contains(stdout+stderr, secret) {
+						t.Errorf("%q (env %v): the output shows %q:\n%s%s", a, viaEnv, secret, stdout, stderr)
+					}
+				}
+				if !strings.Contains(stderr, "--masters") {
+					t.Errorf("%q (env %v): stderr does not name --masters:\n%s", a, viaEnv, stderr)
+				}
+			}
 		}
 	}
 }
@@ -329,6 +459,7 @@ func TestExitStatus(t *testing.T) {
 		if code != tc.want {
 			t.Errorf("%q: exit %d, want %d; stderr:\n%s", tc.command, code, tc.want, stderr)
 		}
+		oneLinePerMessage(t, stderr)
 		assertFree(t, clients, "exit")
 	}
 }
@@ -350,6 +481,7 @@ func TestNoQuorumIsAFailure(t *testing.T) {
 	if !strings.Contains(stderr, servers[1].Addr()) {
 		t.Errorf("stderr does not name the dead master %s:\n%s", servers[1].Addr(), stderr)
 	}
+	oneLinePerMessage(t, stderr)
 }
 
 func TestAuth(t *testing.T) {
@@ -378,5 +510,46 @@ func TestAuth(t *testing.T) {
 				t.Errorf("stderr shows the password:\n%s", stderr)
 			}
 		})
+	}
+}
+
+// When renewals keep failing, the job gets SIGTERM as soon as the lock's
+// validity is down to --grace, so that it stops before the validity ends:
+// it has finished the cleanup it does on SIGTERM by the time the key
+// expires on the master and another holder can take it.
+func TestJobToldWhileTheLockIsStillValid(t *testing.T) {
+	t.Parallel()
+	// redlock connects as alice; the test as the default user.
+	s := redistest.Start(t, 1, redistest.Options{Args: []string{"--user", "alice", "on", ">s3cret", "~*", "&*", "+@all"}})[0]
+	admin := redistest.Clients(t, []*redistest.Server{s})[0]
+	dir := t.TempDir()
+	started, termed, cleaned := filepath.Join(dir, "started"), filepath.Join(dir, "termed"), filepath.Join(dir, "cleaned")
+	// The cleanup takes a fifth of --grace.
+	script := `trap 'touch "$1/termed"; sleep 0.3; touch "$1/cleaned"; exit 0' TERM; touch "$1/started"; while :; do sleep 0.02; done`
+	a := start(t, nil, "run", "--masters", "redis://alice:s3cret@"+s.Addr(), "--key", "early", "--ttl", "4s", "--grace", "1.5s", "--node-timeout", "300ms", "--", "sh", "-c", script, "sh", dir)
+	waitFile(t, a, started)
+
+	// Cut redlock off, as a partition would: its renewals fail from now
+	// on, and the key runs out its TTL on the master.
+	ctx := ctxT(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "alice", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "KILL", "USER", "alice").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitExpired(t, admin, "early")
+	if !exists(cleaned) {
+		t.Errorf("the key expired before the job had finished its cleanup (SIGTERM received: %v); stderr:\n%s", exists(termed), a.stderr.String())
+	}
+	if code := a.wait(t); code != exitLost {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLost, a.stderr.String())
+	}
+	if !strings.Contains(a.stderr.String(), "SIGTERM") {
+		t.Errorf("stderr does not say the job was told:\n%s", a.stderr.String())
+	}
+	// Another holder gets the lock.
+	if code, _, stderr := runRedlock(t, nil, "run", "--masters", s.Addr(), "--key", "early", "--", "true"); code != 0 {
+		t.Errorf("next holder: exit %d; stderr:\n%s", code, stderr)
 	}
 }

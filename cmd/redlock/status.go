@@ -2,39 +2,38 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
 )
 
 const statusSynopsis = `Usage: redlock status --masters ADDR[,ADDR...] --key KEY [flags]
 
 Shows, per master, whether the lock key (with --prefix) is held, by which
-token, and its TTL left (GET and PTTL), then whether one token holds a
-quorum. Exits 0 when every master answered, 125 when one did not.
+token, its TTL left and its fence counter, each master's values read at one
+instant, then whether one token holds a quorum. Exits 0 when every master
+answered, 125 when one did not.
 
 Output, one line per master, tab-separated:
-  ADDR  held  token=TOKEN  ttl=DURATION
-  ADDR  free
+  ADDR  held  token=TOKEN  ttl=DURATION  [fence=N]
+  ADDR  free  [fence=N]
   ADDR  error  MESSAGE
 then one summary line:
   locked: token=TOKEN on M of N masters (quorum Q)
-  not locked: ...`
+  not locked: ...
+fence=N appears when the key has a fence counter (locks taken with
+--fencing). A TOKEN that is not printable ASCII without spaces, quotes or
+backslashes is shown quoted, with Go's escapes ("\x1b[2J\tfoo"); control
+characters in a MESSAGE are escaped the same way.`
 
 // statusTimeout bounds the status requests to one master when
 // --node-timeout is not given.
 const statusTimeout = 2 * time.Second
-
-type masterStatus struct {
-	token string // "" when free
-	ttl   time.Duration
-	err   error
-}
 
 // statusCmd is `redlock status`.
 func statusCmd(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -59,80 +58,53 @@ func statusCmd(args []string, getenv func(string) string, stdout, stderr io.Writ
 	if cf.nodeTimeout > 0 {
 		timeout = cf.nodeTimeout
 	}
-	full := cf.prefix + *key
-	sts := make([]masterStatus, len(opts))
-	var wg sync.WaitGroup
+	masters := make([]redis.UniversalClient, len(opts))
 	for i, o := range opts {
-		wg.Go(func() {
-			c := redis.NewClient(o)
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			sts[i] = status(ctx, c, full)
-		})
+		c := redis.NewClient(o)
+		defer c.Close()
+		masters[i] = c
 	}
-	wg.Wait()
+	lc, err := redlock.New(masters, redlock.WithKeyPrefix(cf.prefix), redlock.WithNodeTimeout(timeout))
+	if err != nil {
+		return usageFail(stderr, "status", err)
+	}
+	defer lc.Close()
+	state, err := lc.Inspect(context.Background(), *key)
+	if err != nil {
+		return usageFail(stderr, "status", err)
+	}
 
 	code := 0
-	tokens := map[string]int{}
-	for i, st := range sts {
-		addr := opts[i].Addr
+	for _, m := range state.Masters {
+		fence := ""
+		if m.Fence > 0 {
+			fence = fmt.Sprintf("\tfence=%d", m.Fence)
+		}
 		switch {
-		case st.err != nil:
-			fmt.Fprintf(stdout, "%s\terror\t%v\n", addr, st.err)
+		case m.Err != nil:
+			fmt.Fprintf(stdout, "%s\terror\t%s\n", m.Addr, escapeControl(errText(m.Err)))
 			code = exitFailure
-		case st.token == "":
-			fmt.Fprintf(stdout, "%s\tfree\n", addr)
+		case !m.Held:
+			fmt.Fprintf(stdout, "%s\tfree%s\n", m.Addr, fence)
 		default:
 			ttl := "none"
-			if st.ttl >= 0 {
-				ttl = st.ttl.String()
+			if m.TTL >= 0 {
+				ttl = m.TTL.String()
 			}
-			fmt.Fprintf(stdout, "%s\theld\ttoken=%s\tttl=%s\n", addr, st.token, ttl)
-			tokens[st.token]++
+			fmt.Fprintf(stdout, "%s\theld\ttoken=%s\tttl=%s%s\n", m.Addr, quoteToken(m.Token), ttl, fence)
 		}
 	}
-	quorum := len(opts)/2 + 1
-	best, n := "", 0
-	for t, c := range tokens {
-		if c > n {
-			best, n = t, c
-		}
-	}
+	token, n := state.Holder()
 	switch {
-	case n >= quorum:
-		fmt.Fprintf(stdout, "locked: token=%s on %d of %d masters (quorum %d)\n", best, n, len(opts), quorum)
+	case n >= state.Quorum:
+		fmt.Fprintf(stdout, "locked: token=%s on %d of %d masters (quorum %d)\n", quoteToken(token), n, len(state.Masters), state.Quorum)
 	case n == 0 && code == 0:
 		fmt.Fprintf(stdout, "not locked: free on every master\n")
 	default:
-		fmt.Fprintf(stdout, "not locked: no token on a quorum (%d of %d masters needed)\n", quorum, len(opts))
+		fmt.Fprintf(stdout, "not locked: no token on a quorum (%d of %d masters needed)\n", state.Quorum, len(state.Masters))
 	}
 	if code != 0 {
 		fmt.Fprintf(stderr, "redlock status: a master did not answer\n")
 	}
 	return code
-}
-
-// status reads one master's view of key.
-func status(ctx context.Context, c *redis.Client, key string) masterStatus {
-	var get *redis.StringCmd
-	var pttl *redis.DurationCmd
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, key)
-		pttl = p.PTTL(ctx, key)
-		return nil
-	})
-	if errors.Is(err, redis.Nil) {
-		return masterStatus{}
-	}
-	if err != nil {
-		return masterStatus{err: err}
-	}
-	// PTTL answers -1 for a key without expiry; the lock always has one,
-	// but a key set by hand may not.
-	ttl := pttl.Val()
-	if ttl < 0 {
-		ttl = -1
-	}
-	return masterStatus{token: get.Val(), ttl: ttl}
 }

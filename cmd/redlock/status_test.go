@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +65,98 @@ func TestStatus(t *testing.T) {
 	}
 	if !strings.Contains(out, servers[2].Addr()+"\terror\t") || !strings.Contains(out, "on 2 of 3 masters (quorum 2)") {
 		t.Errorf("status with a dead master:\n%s", out)
+	}
+}
+
+// A value that is not a plain token is shown quoted and escaped: it can
+// neither add fields or lines to the tab-separated output nor reach the
+// terminal as an escape sequence.
+func TestStatusEscapesTheValue(t *testing.T) {
+	t.Parallel()
+	servers := redistest.Start(t, 3)
+	clients := redistest.Clients(t, servers)
+	masters := servers[0].Addr() + "," + servers[1].Addr() + "," + servers[2].Addr()
+	const value = "\x1b[2J\tfoo\nbar"
+	for i, c := range clients {
+		if err := c.Set(ctxT(t), "forged", value, time.Minute).Err(); err != nil {
+			t.Fatalf("master %d: %v", i, err)
+		}
+	}
+	code, out, stderr := runRedlock(t, nil, "status", "--masters", masters, "--key", "forged")
+	if code != 0 {
+		t.Fatalf("status: exit %d; stderr:\n%s", code, stderr)
+	}
+	if strings.ContainsAny(out, "\x1b\r") {
+		t.Errorf("the output holds a control character: %q", out)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("status printed %d lines, want 4: %q", len(lines), out)
+	}
+	quoted := `"\x1b[2J\tfoo\nbar"`
+	for i, s := range servers {
+		f := strings.Split(lines[i], "\t")
+		if len(f) != 4 || f[0] != s.Addr() || f[1] != "held" || f[2] != "token="+quoted {
+			t.Errorf("line %d = %q, want %s, held, token=%s, ttl=...", i, lines[i], s.Addr(), quoted)
+		}
+	}
+	if want := "locked: token=" + quoted + " on 3 of 3 masters (quorum 2)"; lines[3] != want {
+		t.Errorf("summary = %q, want %q", lines[3], want)
+	}
+	// The quoted form reads back as the value.
+	if got, err := strconv.Unquote(quoted); err != nil || got != value {
+		t.Errorf("%s unquotes to %q, %v", quoted, got, err)
+	}
+
+	// An empty value is a held key too, shown as "".
+	for _, c := range clients {
+		if err := c.Set(ctxT(t), "empty", "", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ = runRedlock(t, nil, "status", "--masters", masters, "--key", "empty")
+	if code != 0 || strings.Count(out, "\theld\ttoken=\"\"\t") != 3 || !strings.Contains(out, `locked: token="" on 3 of 3`) {
+		t.Errorf("status of an empty value: exit %d:\n%s", code, out)
+	}
+}
+
+// The fence counter of a key locked with fencing shows on every master,
+// held or free.
+func TestStatusShowsTheFence(t *testing.T) {
+	t.Parallel()
+	servers := redistest.Start(t, 3)
+	clients := redistest.Clients(t, servers)
+	masters := servers[0].Addr() + "," + servers[1].Addr() + "," + servers[2].Addr()
+	lc, err := redlock.New(clients, redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	for range 2 {
+		lock, err := lc.Obtain(ctxT(t), "fenced", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock, err := lc.Obtain(ctxT(t), "fenced", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error { // Obtain returns at quorum; the third master follows
+		_, out, _ := runRedlock(t, nil, "status", "--masters", masters, "--key", "fenced")
+		if n := strings.Count(out, "\theld\ttoken="+lock.Token()+"\t"); n != 3 || strings.Count(out, "\tfence=3\n") != 3 {
+			return fmt.Errorf("status of a fenced lock (fence %d):\n%s", lock.Fence(), out)
+		}
+		return nil
+	})
+	if err := lock.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runRedlock(t, nil, "status", "--masters", masters, "--key", "fenced")
+	if code != 0 || strings.Count(out, "\tfree\tfence=3\n") != 3 {
+		t.Errorf("status of a released fenced lock: exit %d:\n%s", code, out)
 	}
 }

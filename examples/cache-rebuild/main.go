@@ -174,10 +174,11 @@ func (d *demo) serve(ctx context.Context, worker int, key string) error {
 	st.tried.Add(1)
 	lock, err := d.locks.Obtain(ctx, "rebuild:"+key, d.cfg.ttl)
 	switch {
-	case errors.Is(err, redlock.ErrNotObtained):
-		// Another worker holds it (or too few masters answered: the error
-		// says, master by master). Serve what the cache has, at once or
-		// after waiting for the winner's value.
+	case errors.Is(err, redlock.ErrTaken):
+		// Another worker holds it: serve what the cache has, at once or
+		// after waiting for the winner's value. (ErrUnavailable, too few
+		// masters answered, is an outage: it falls to the error below
+		// rather than passing for contention.)
 		st.once.Do(func() { st.firstErr = err })
 		if d.cfg.wait > 0 {
 			st.waited.Add(1)
@@ -190,7 +191,7 @@ func (d *demo) serve(ctx context.Context, worker int, key string) error {
 		}
 		return nil
 	case err != nil:
-		return err // invalid arguments or a closed client: a bug, not contention
+		return err // masters unavailable, invalid arguments, a closed client: not contention
 	}
 	defer d.release(ctx, worker, lock)
 
@@ -296,7 +297,7 @@ type stats struct {
 	tried, rebuilt, discarded, stale, fresh, waited atomic.Int64
 
 	once     sync.Once
-	firstErr error // the first ErrNotObtained, shown if nobody rebuilt the entry
+	firstErr error // the first ErrTaken, shown if nobody rebuilt the entry
 }
 
 // cache stands for the shared cache store (Memcached, a Redis used as a

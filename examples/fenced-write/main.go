@@ -247,7 +247,9 @@ func (s *story) play(ctx context.Context, fenced bool) (outcome, error) {
 }
 
 // workerA obtains the lock, checks it, freezes past its lease, then writes
-// with its old fence.
+// with its old fence. It holds the lock without a watchdog (Lock.Do): a
+// frozen process's watchdog is frozen with it, and a sleep here would not
+// stop one.
 func (s *story) workerA(ctx context.Context, name string, write func(context.Context, int64, string) error,
 	o *outcome, aHolds chan<- struct{}, bDone <-chan struct{}) error {
 	lock, err := s.locks.Obtain(ctx, name, s.cfg.ttl, s.retry())
@@ -315,20 +317,24 @@ func (s *story) workerB(ctx context.Context, name string, write func(context.Con
 	}
 	o.fenceB = lock.Fence()
 	s.logf("B obtained the lock once A's lease lapsed: fence %d", lock.Fence())
-	if o.fenced {
-		s.logf("B writes %q with fence %d", valueB, o.fenceB)
-	} else {
-		s.logf("B writes %q", valueB)
-	}
-	if o.errB = write(ctx, o.fenceB, valueB); o.errB != nil {
-		s.logf("  refused: %v", o.errB)
-	} else {
-		s.logf("  accepted")
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	if err := lock.Release(rctx); err != nil {
-		s.logf("B could not release its lock: %v", err)
+	// The usual shape of fenced work: Lock.Do renews the lock while the
+	// work runs, cancels ctx if it is lost, releases it at the end, and
+	// the work passes the lock's fence with every write.
+	err = lock.Do(ctx, func(ctx context.Context) error {
+		if o.fenced {
+			s.logf("B writes %q with fence %d", valueB, lock.Fence())
+		} else {
+			s.logf("B writes %q", valueB)
+		}
+		if o.errB = write(ctx, lock.Fence(), valueB); o.errB != nil {
+			s.logf("  refused: %v", o.errB)
+		} else {
+			s.logf("  accepted")
+		}
+		return nil
+	})
+	if err != nil {
+		s.logf("B's lock: %v", err)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@
 // Replica clocks disagree: each tick lands up to -skew late. At its tick a
 // replica calls Client.Do on the lock "job:report:<minute>" without retry;
 // the one that obtains it runs the job (-work long), every other one gets
-// ErrNotObtained and skips the slot. The program prints which replica ran
+// ErrTaken and skips the slot. The program prints which replica ran
 // each slot and how many skipped, and exits 1 unless every slot ran exactly
 // once.
 //
@@ -28,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -146,7 +147,7 @@ type demo struct {
 type slot struct {
 	minute  time.Time // the minute the slot stands for: its id
 	runs    []jobRun  // should be exactly one
-	skipped int       // replicas told ErrNotObtained
+	skipped int       // replicas that did not obtain the slot's lock
 }
 
 type jobRun struct {
@@ -204,9 +205,14 @@ func (d *demo) tick(ctx context.Context, r, i int, begin time.Time) error {
 		// watchdog renews the lock meanwhile; ctx ends if it is lost.)
 		return sleep(ctx, time.Until(end))
 	})
+	if errors.Is(err, redlock.ErrUnavailable) {
+		// Too few masters answered: nobody may be running this slot. Say
+		// so loudly; here the next tick comes anyway.
+		log.Printf("replica %d, slot %d: masters unavailable, slot skipped: %v", r, i+1, err)
+	}
 	if errors.Is(err, redlock.ErrNotObtained) {
-		// Another replica has this slot, or too few masters answered (the
-		// error says which): skip it, the next tick comes anyway.
+		// Another replica has this slot (ErrTaken), or the outage above:
+		// skip it.
 		d.mu.Lock()
 		d.slots[i].skipped++
 		d.mu.Unlock()

@@ -495,3 +495,55 @@ func environ(t *testing.T, pid int) map[string]string {
 	}
 	return env
 }
+
+// TestProxy: the proxy forwards, delays the connections open when asked
+// (only those), and cuts a connection's client side while what it sent
+// still reaches the server.
+func TestProxy(t *testing.T) {
+	s := Start(t, 1)[0]
+	p, err := NewProxy(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	slow := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: -1, DisableIdentity: true, ReadTimeout: 5 * time.Second})
+	defer slow.Close()
+	if err := slow.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.DelayOpen(200*time.Millisecond, 0)
+	fresh := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: -1, DisableIdentity: true})
+	defer fresh.Close()
+	start := time.Now()
+	if err := fresh.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 150*time.Millisecond {
+		t.Fatalf("a connection opened after DelayOpen was delayed (%v)", took)
+	}
+	start = time.Now()
+	if err := slow.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Fatalf("the delayed connection answered in %v", took)
+	}
+	// Cut mid-stream: the client gives up, the SET still lands.
+	set := make(chan error, 1)
+	go func() { set <- slow.Set(ctx, "k", "v", 0).Err() }()
+	time.Sleep(50 * time.Millisecond)
+	if n := p.CutOpen(); n == 0 {
+		t.Fatal("nothing to cut")
+	}
+	if err := <-set; err == nil {
+		t.Fatal("SET on a cut connection reported success")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for get(t, s, "k") != "v" {
+		if time.Now().After(deadline) {
+			t.Fatal("the SET sent before the cut never reached the server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

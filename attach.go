@@ -1,0 +1,61 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Attach returns a handle on a lock that is already held under token, so
+// that another goroutine or process can extend, release or keep it alive:
+// the lock's key, its [Lock.Token] (the value of the lock key, which
+// `redlock run` passes to its command as REDLOCK_TOKEN) and, with fencing,
+// its [Lock.Fence], which Attach takes on trust.
+//
+// Before it returns, Attach confirms the lock on the masters: it resets the
+// key's TTL to ttl on every master where the key holds token, never
+// re-taking a key that has vanished (that could revive a lock that lapsed).
+// It succeeds when a quorum confirmed within the validity, counted from
+// the start of the call as for [Client.Obtain]. It returns an error matching
+// [ErrLockLost] when refusals rule out a quorum (the token is gone from more
+// than N - quorum masters), and one matching [ErrUnavailable] when too few
+// masters answered. The original handle, if it still exists, holds the
+// same lock: keep one of them renewing it.
+func (c *Client) Attach(ctx context.Context, key, token string, ttl time.Duration, fence int64) (*Lock, error) {
+	ttl, err := c.check(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if token == "" {
+		return nil, invalid("empty token")
+	}
+	if fence < 0 || (fence > 0 && !c.cfg.fencing) {
+		return nil, invalid("fence %d: a fence is >= 1, and only for a Client made WithFencing", fence)
+	}
+	full, ckey := c.cfg.keyPrefix+key, ""
+	if c.cfg.fencing {
+		ckey = counterKey(full)
+	}
+	start := time.Now()
+	l := &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, obtained: start}
+	l.op = newOp(opAcquire, full, ckey, token)
+	o := l.op.with(opExtend, c.boxTTL(ttl), fence)
+	o.retakeBy = int64(0) // never: the master's clock is always past it
+	timeout := c.cfg.timeout(ttl)
+	rd := c.fanout(ctx, o, start.Add(timeout), timeout)
+	defer rd.done()
+	valid := ttl - c.cfg.drift(ttl)
+	if rd.ok >= c.quorum && time.Since(start) < valid {
+		l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
+		return l, nil
+	}
+	if rd.refused > len(c.nodes)-c.quorum {
+		return nil, c.quorumError("attach", rd, ErrLockLost)
+	}
+	if rd.ok >= c.quorum {
+		qe := c.quorumError("attach", rd, ErrLockLost)
+		qe.why = fmt.Sprintf("confirmed too late for a %v TTL", ttl)
+		return nil, qe
+	}
+	return nil, c.quorumError("attach", rd, nil)
+}

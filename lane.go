@@ -1,0 +1,206 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A lane carries requests to one master: callers queue them, and whoever
+// runs the lane (its worker, or a caller sending inline) hands everything
+// queued so far to the transport as one batch (one pipeline: one write and
+// one read for many requests). The lane knows nothing of Redis; the
+// transport knows nothing of queues.
+//
+// The lane's rules, each with the test that fails when it breaks:
+//
+//   - A key's requests keep their order: all requests on a key take one lane
+//     (node.laneOf), a lane has one batch in flight at a time, and a batch
+//     keeps queue order. (TestLaneKeepsOrder; across connections, see
+//     transport.go.)
+//   - Each request is delivered exactly once, by the lane, after the
+//     transport returned or panicked; the transport only sets replies.
+//     (TestLaneDeliversEachRequestOnce, TestLaneSurvivesTransportPanic)
+//   - Whoever set running owns the transport until it clears running: the
+//     worker or one inline caller, never both. (TestLaneInlineAndWorker)
+//   - A stalled lane takes nothing: once the batch in flight has run twice
+//     the time its deadline allowed (a master that does not answer, and a
+//     client whose reads that deadline does not bound), a new request fails
+//     at once instead of queueing behind it, so a frozen master holds no
+//     growing queue. The margin keeps a moment of slowness (a busy machine)
+//     from failing requests that would still have gone out in time.
+//     (TestLaneFailsFastWhileStalled)
+//   - Whoever clears running wakes a parked worker that has work or must
+//     exit, so Close never waits on a sleeping worker. (TestLaneClosesAfterInline)
+
+// A transport sends batches to one master. One goroutine at a time uses it:
+// whoever runs the lane.
+type transport interface {
+	// exec sends batch and sets every request's reply (r.val, r.err). now
+	// is about when the batch started.
+	exec(batch []*request, now time.Time)
+	// reset drops the connection after exec panicked: what it carries is
+	// unknown.
+	reset()
+	// close gives back what the transport holds; the lane is done with it.
+	close()
+}
+
+type lane struct {
+	t       transport
+	deliver func(*request) // hands a reply to its round and the request back to its pool
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	queue   []*request
+	running bool      // a batch is in flight, run by the worker or an inline caller
+	stalled time.Time // from then on the batch in flight is overdue: twice its deadline's span
+	waiting bool      // the worker is parked
+	closed  bool
+
+	live []*request // scratch, owned by whoever runs the lane
+}
+
+func newLane(t transport, deliver func(*request)) *lane {
+	l := &lane{t: t, deliver: deliver}
+	l.cond.L = &l.mu
+	return l
+}
+
+// errStalled marks a request not sent because the lane's batch in flight is
+// overdue.
+var errStalled = fmt.Errorf("%w: not sent, the master has not answered an earlier request within its timeout: %w", errNoReply, context.DeadlineExceeded)
+
+// errPanicked marks the requests of a batch whose sending panicked.
+type errPanicked struct{ v any }
+
+func (e errPanicked) Error() string {
+	return fmt.Sprintf("redlock: panic while sending to the master (a go-redis hook?): %v", e.v)
+}
+
+// send queues r, or sends it at once on the caller's goroutine when inline
+// is set and the lane is idle. The lane owns r from here on.
+func (l *lane) send(r *request, inline bool) {
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		l.fail(r, ErrClosed)
+		return
+	case l.running && !time.Now().Before(l.stalled):
+		l.mu.Unlock()
+		l.fail(r, errStalled)
+		return
+	case inline && !l.running && len(l.queue) == 0:
+		l.running, l.stalled = true, stallAt(time.Now(), r.deadline)
+		l.mu.Unlock()
+		one := [1]*request{r}
+		l.run(one[:])
+		l.mu.Lock()
+		l.running = false
+		if l.waiting && (len(l.queue) > 0 || l.closed) {
+			l.cond.Signal()
+		}
+		l.mu.Unlock()
+		return
+	}
+	l.queue = append(l.queue, r)
+	if !l.running && l.waiting {
+		l.cond.Signal()
+	}
+	l.mu.Unlock()
+}
+
+func (l *lane) fail(r *request, err error) {
+	r.val, r.err = 0, err
+	l.deliver(r)
+}
+
+// close makes the worker exit once the queue is empty.
+func (l *lane) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// work runs the lane: whatever is queued goes out as one batch, one batch
+// at a time, until the lane closes and its queue is empty.
+func (l *lane) work(wg *sync.WaitGroup) {
+	defer wg.Done()
+	var batch []*request
+	l.mu.Lock()
+	for {
+		for (len(l.queue) == 0 && !l.closed) || l.running {
+			l.waiting = true
+			l.cond.Wait()
+			l.waiting = false
+		}
+		if len(l.queue) == 0 {
+			l.mu.Unlock()
+			l.t.close()
+			return
+		}
+		batch, l.queue = l.queue, batch[:0]
+		var due time.Time
+		for _, r := range batch {
+			due = later(due, r.deadline)
+		}
+		l.running, l.stalled = true, stallAt(time.Now(), due)
+		l.mu.Unlock()
+		l.run(batch)
+		clear(batch)
+		l.mu.Lock()
+		l.running = false
+	}
+}
+
+// run sends the requests of batch that are still wanted and delivers every
+// request of it, once, also when the transport panics (a go-redis hook may):
+// the panic fails the batch and the transport drops its connection, and the
+// lane goes on.
+func (l *lane) run(batch []*request) {
+	now := time.Now()
+	live := l.live[:0]
+	for _, r := range batch {
+		if err := r.dropped(now); err != nil {
+			r.val, r.err = 0, err
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) > 0 {
+		l.exec(live, now)
+	}
+	clear(live)
+	l.live = live[:0]
+	for _, r := range batch {
+		l.deliver(r)
+	}
+}
+
+func (l *lane) exec(batch []*request, now time.Time) {
+	defer func() {
+		if v := recover(); v != nil {
+			for _, r := range batch {
+				r.val, r.err = 0, errPanicked{v}
+			}
+			func() {
+				defer func() { _ = recover() }() // dropping the connection may run the same hook
+				l.t.reset()
+			}()
+		}
+	}()
+	l.t.exec(batch, now)
+}
+
+// stallAt is when a batch started at start with deadline due is overdue.
+func stallAt(start, due time.Time) time.Time { return due.Add(max(0, due.Sub(start))) }
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

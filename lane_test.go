@@ -1,0 +1,392 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+// The lane's rules, against a fake transport: no Redis, no sleeping until a
+// private flag flips.
+
+// fakeTransport records the batches it is given and answers every request
+// with its position in the whole stream. Its knobs act on the next exec.
+type fakeTransport struct {
+	mu      sync.Mutex
+	seen    []string      // keys, in the order the master would run them
+	block   chan struct{} // exec waits on it when not nil
+	entered chan struct{} // closed when an exec waits on block
+	panics  int           // this many more execs panic
+	resets  int
+	closed  bool
+	busy    atomic.Bool // an exec is running: two at once is a bug
+}
+
+func (f *fakeTransport) exec(batch []*request, _ time.Time) {
+	if f.busy.Swap(true) {
+		panic("two execs at once")
+	}
+	defer f.busy.Store(false)
+	f.mu.Lock()
+	block, entered := f.block, f.entered
+	f.block, f.entered = nil, nil
+	panics := f.panics > 0
+	if panics {
+		f.panics--
+	}
+	f.mu.Unlock()
+	if block != nil {
+		close(entered)
+		<-block
+	}
+	if panics {
+		panic("transport panics")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range batch {
+		f.seen = append(f.seen, r.key.(string))
+		r.val, r.err = int64(len(f.seen)), nil
+	}
+}
+
+func (f *fakeTransport) reset() {
+	f.mu.Lock()
+	f.resets++
+	f.mu.Unlock()
+}
+
+func (f *fakeTransport) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+}
+
+// blockNext makes the next exec wait until the returned func is called,
+// and returns a channel closed once it waits.
+func (f *fakeTransport) blockNext() (entered <-chan struct{}, release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	block, in := make(chan struct{}), make(chan struct{})
+	f.block, f.entered = block, in
+	return in, sync.OnceFunc(func() { close(block) })
+}
+
+// testLane is a lane over a fake transport with its worker running, and
+// what it delivered, by key.
+type testLane struct {
+	*lane
+	t         *fakeTransport
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	delivered map[string][]error
+}
+
+func newTestLane(t *testing.T) *testLane {
+	tl := &testLane{t: &fakeTransport{}, delivered: map[string][]error{}}
+	tl.lane = newLane(tl.t, func(r *request) {
+		tl.mu.Lock()
+		k := r.key.(string)
+		tl.delivered[k] = append(tl.delivered[k], r.err)
+		tl.mu.Unlock()
+	})
+	tl.wg.Add(1)
+	go tl.work(&tl.wg)
+	t.Cleanup(func() {
+		tl.close()
+		tl.wg.Wait()
+	})
+	return tl
+}
+
+func (tl *testLane) req(key string, timeout time.Duration) *request {
+	return &request{op: op{key: key, deadline: time.Now().Add(timeout)}}
+}
+
+// replies returns what was delivered for key, once it was delivered n times
+// in all, or fails after a second.
+func (tl *testLane) await(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		tl.mu.Lock()
+		got := 0
+		for _, errs := range tl.delivered {
+			got += len(errs)
+		}
+		tl.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d requests delivered", got, n)
+		}
+	}
+}
+
+func TestLaneKeepsOrder(t *testing.T) {
+	tl := newTestLane(t)
+	const n = 2000
+	for i := range n {
+		tl.send(tl.req(fmt.Sprint(i), time.Minute), i%3 == 0)
+	}
+	tl.await(t, n)
+	tl.t.mu.Lock()
+	defer tl.t.mu.Unlock()
+	for i, k := range tl.t.seen {
+		if k != fmt.Sprint(i) {
+			t.Fatalf("request %s ran in position %d", k, i)
+		}
+	}
+}
+
+func TestLaneDeliversEachRequestOnce(t *testing.T) {
+	tl := newTestLane(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				tl.send(tl.req(fmt.Sprint(g, "-", i), time.Minute), i%2 == 0)
+			}
+		}()
+	}
+	wg.Wait()
+	tl.await(t, 8*500)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for k, errs := range tl.delivered {
+		if len(errs) != 1 || errs[0] != nil {
+			t.Fatalf("request %s delivered %d times: %v", k, len(errs), errs)
+		}
+	}
+}
+
+func TestLaneSurvivesTransportPanic(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		t.Run(fmt.Sprint("inline=", inline), func(t *testing.T) {
+			tl := newTestLane(t)
+			tl.t.panics = 1
+			tl.send(tl.req("a", time.Minute), inline)
+			tl.await(t, 1)
+			tl.send(tl.req("b", time.Minute), inline)
+			tl.await(t, 2)
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			var p errPanicked
+			if errs := tl.delivered["a"]; len(errs) != 1 || !errors.As(errs[0], &p) {
+				t.Fatalf("the panicking batch's request got %v, want one errPanicked", errs)
+			}
+			if errs := tl.delivered["b"]; len(errs) != 1 || errs[0] != nil {
+				t.Fatalf("the next request got %v, want one success", errs)
+			}
+			if tl.t.resets != 1 {
+				t.Fatalf("transport reset %d times after its panic, want 1", tl.t.resets)
+			}
+		})
+	}
+}
+
+func TestLaneInlineAndWorker(t *testing.T) {
+	tl := newTestLane(t)
+	entered, release := tl.t.blockNext()
+	go tl.send(tl.req("inline", time.Minute), true)
+	<-entered
+	// The lane is busy: these queue, and the worker must not run them
+	// beside the inline caller (the fake transport panics on two execs).
+	for i := range 10 {
+		tl.send(tl.req(fmt.Sprint("queued-", i), time.Minute), i%2 == 0)
+	}
+	release()
+	tl.await(t, 11)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for k, errs := range tl.delivered {
+		if len(errs) != 1 || errs[0] != nil {
+			t.Fatalf("%s: %v", k, errs)
+		}
+	}
+}
+
+func TestLaneFailsFastWhileStalled(t *testing.T) {
+	tl := newTestLane(t)
+	entered, release := tl.t.blockNext()
+	defer release()
+	tl.send(tl.req("stuck", 10*time.Millisecond), false)
+	<-entered
+	// Within twice its deadline's span the batch may still end in time:
+	// requests queue behind it.
+	tl.send(tl.req("queued", time.Minute), false)
+	time.Sleep(30 * time.Millisecond) // the stuck batch is now overdue
+	for i := range 1000 {
+		tl.send(tl.req(fmt.Sprint("late-", i), time.Minute), i%2 == 0)
+	}
+	tl.await(t, 1000)
+	tl.mu.Lock()
+	for i := range 1000 {
+		if errs := tl.delivered[fmt.Sprint("late-", i)]; len(errs) != 1 || !errors.Is(errs[0], errStalled) || !errors.Is(errs[0], context.DeadlineExceeded) {
+			t.Fatalf("request to a stalled lane got %v, want errStalled at once", errs)
+		}
+	}
+	tl.mu.Unlock()
+	tl.lane.mu.Lock()
+	queued := len(tl.queue)
+	tl.lane.mu.Unlock()
+	if queued != 1 {
+		t.Fatalf("%d requests queued behind the stalled batch, want only the one made before it was overdue", queued)
+	}
+	release()
+	tl.await(t, 1002)
+}
+
+func TestLaneClosesAfterInline(t *testing.T) {
+	tl := &testLane{t: &fakeTransport{}, delivered: map[string][]error{}}
+	tl.lane = newLane(tl.t, func(*request) {})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go tl.work(&wg)
+	parked(tl.lane)
+	entered, release := tl.t.blockNext()
+	sent := make(chan struct{})
+	go func() {
+		tl.send(tl.req("inline", time.Minute), true)
+		close(sent)
+	}()
+	<-entered
+	tl.close() // wakes the worker, which waits again for the inline caller to clear running
+	parked(tl.lane)
+	release()
+	<-sent
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker sleeps on after Close: the inline caller did not wake it")
+	}
+	if !tl.t.closed {
+		t.Fatal("the worker exited without closing its transport")
+	}
+}
+
+// parked waits until l's worker waits for work.
+func parked(l *lane) {
+	for {
+		l.mu.Lock()
+		w := l.waiting
+		l.mu.Unlock()
+		if w {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// TestFrozenMasterQueueStaysBounded: a frozen master behind a client with
+// no read timeout holds its batch forever; callers that keep asking must
+// fail at once instead of piling requests into the lane's queue.
+func TestFrozenMasterQueueStaysBounded(t *testing.T) {
+	servers := redistest.Start(t, 1)
+	rdb := servers[0].Client(func(o *redis.Options) { o.ReadTimeout = -1 })
+	defer rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewSingle(rdb, WithNodeTimeout(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var calls atomic.Int64
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := c.Obtain(ctx, fmt.Sprint(g, "-", i), time.Minute)
+				cancel()
+				if err == nil {
+					t.Error("obtained a lock on a frozen master")
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	most := 0
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, l := range c.nodes[0].lanes {
+			l.mu.Lock()
+			most = max(most, len(l.queue))
+			l.mu.Unlock()
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if err := servers[0].Cont(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	// 32 callers for a second: every call failed (most at once, on a
+	// stalled lane), and only what came before the stall waited in a queue.
+	if most > 500 {
+		t.Fatalf("%d requests queued for a frozen master (%d calls)", most, calls.Load())
+	}
+	if calls.Load() < 64 {
+		t.Fatalf("only %d calls in a second: callers were held", calls.Load())
+	}
+}
+
+// TestTransportKnowsItsConnection: a standalone master's lane keeps a
+// connection of its own and knows its client ID on the server, so that it
+// can kill it once given up.
+func TestTransportKnowsItsConnection(t *testing.T) {
+	servers := redistest.Start(t, 1)
+	rdb := servers[0].Client()
+	defer rdb.Close()
+	c, err := New([]redis.UniversalClient{rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.Obtain(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ln := c.nodes[0].laneOf(l.op.key)
+	ln.mu.Lock() // the lane is idle: its transport is ours to read
+	id := ln.t.(*redisTransport).id
+	ln.mu.Unlock()
+	if id == 0 {
+		t.Fatal("the lane does not know its connection's client ID")
+	}
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("id=%d ", id); !strings.HasPrefix(list, want) && !strings.Contains(list, "\n"+want) {
+		t.Fatalf("no client %q on the server:\n%s", want, list)
+	}
+}

@@ -1,0 +1,177 @@
+package redlock
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file encodes a request into a go-redis command and decodes the
+// master's reply. It knows nothing of queues or connections.
+
+type opKind uint8
+
+const (
+	opAcquire       opKind = iota // SET key token NX PX ttl
+	opAcquireFenced               // acquireFencedScript
+	opRaise                       // raiseScript
+	opExtend                      // extendScript, or extendFencedScript with a counter
+	opRelease                     // releaseScript
+)
+
+// An op is what a round asks of every master. Its arguments are boxed once
+// per round and shared by the round's requests.
+type op struct {
+	kind             opKind
+	key, ckey, token any // strings; ckey is nil without fencing
+	ttl, fence       any // int64 milliseconds, int64
+	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
+	deadline         time.Time
+	done             <-chan struct{} // the caller's context; a request it ends before sending is dropped
+	inline           bool            // may run on the caller's goroutine: the caller waits for it and has no context to honour
+}
+
+// newOp boxes a lock's key, counter key and token, for an op of kind that
+// takes no TTL or fence; with sets those.
+func newOp(kind opKind, key, ckey, token string) op {
+	o := op{kind: kind, key: key, token: token}
+	if ckey != "" {
+		o.ckey = ckey
+	}
+	return o
+}
+
+// with returns o for another kind of request on the same lock, reusing its
+// boxed key and token. ttl is the boxed TTL in milliseconds (see
+// Client.boxTTL), for the kinds that take one; fence is boxed only for the
+// kinds that send it.
+func (o op) with(kind opKind, ttl any, fence int64) op {
+	o.kind, o.ttl, o.fence, o.retakeBy = kind, ttl, nil, nil
+	if kind == opRaise || (kind == opExtend && o.ckey != nil) {
+		o.fence = fence
+	}
+	return o
+}
+
+// maxArgs is the most arguments a request's command has (EVALSHA of the
+// fenced extend).
+const maxArgs = 9
+
+// A request is one op on one master. Requests are pooled: the node returns
+// one to the pool once it has delivered its reply.
+type request struct {
+	op
+	idx  int    // the master's position, for the reply
+	rd   *round // where the reply goes; nil when nobody waits for it
+	cmd  *redis.Cmd
+	argv [maxArgs]any // backs cmd's arguments
+
+	// The reply, set by the transport (or the lane, for a request it did
+	// not send) and delivered by the lane.
+	val int64
+	err error
+
+	// Commands kept for reuse, by their number of arguments: a command's
+	// arguments are r.argv[:n], refilled for each request.
+	cmds [maxArgs + 1]*redis.Cmd
+}
+
+// build makes r's command: EVALSHA, or EVAL when eval is set. With fresh
+// set it makes a new command rather than reuse one.
+func (r *request) build(eval, fresh bool) {
+	var s *script
+	a := r.argv[:0]
+	switch r.kind {
+	case opAcquire:
+		a = append(a, "set", r.key, r.token, "nx", "px", r.ttl)
+		r.cmd = r.command(a, fresh)
+		return
+	case opAcquireFenced:
+		s, a = &acquireFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
+	case opRaise:
+		s, a = &raiseScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.fence)
+	case opExtend:
+		if r.ckey == nil {
+			s, a = &extendScript, append(a, nil, nil, 1, r.key, r.token, r.ttl, r.retakeBy)
+		} else {
+			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy)
+		}
+	default:
+		s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
+	}
+	if eval {
+		a[0], a[1] = "eval", s.srcArg
+	} else {
+		a[0], a[1] = "evalsha", s.shaArg
+	}
+	r.cmd = r.command(a, fresh)
+}
+
+// command returns a command whose arguments are a, a prefix of r.argv: one
+// of r's own commands with as many arguments, reset, or a new one when
+// fresh is set. A command allocates; reusing one makes a round to five
+// masters ten allocations cheaper. go-redis is done with a command when
+// Process or Exec returns (a hook that kept one for later would see it
+// reused). A node never reuses commands on a sharded client (Cluster,
+// Ring): go-redis keeps a command's hash slot in it.
+func (r *request) command(a []any, fresh bool) *redis.Cmd {
+	if fresh {
+		return redis.NewCmd(context.Background(), a...)
+	}
+	c := r.cmds[len(a)]
+	if c == nil {
+		c = redis.NewCmd(context.Background(), a...)
+		r.cmds[len(a)] = c
+		return c
+	}
+	c.SetErr(nil)
+	c.SetVal(nil)
+	return c
+}
+
+// result reads the master's answer to r: the counter for a fenced acquire,
+// and nil, ErrTaken, errAbsent or the failure.
+func (r *request) result() (int64, error) {
+	err := r.cmd.Err()
+	if r.kind == opAcquire {
+		if err == redis.Nil {
+			return 0, ErrTaken
+		}
+		return 0, err
+	}
+	if err != nil {
+		return 0, err
+	}
+	v, err := r.cmd.Int64()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case v > 0:
+		return v, nil
+	case v == 0:
+		return 0, ErrTaken
+	default:
+		return 0, errAbsent
+	}
+}
+
+// dropped says why r should not be sent at all: its caller gave up, or its
+// deadline has passed while it waited in the queue.
+func (r *request) dropped(now time.Time) error {
+	select {
+	case <-r.done:
+		return errSkipped
+	default:
+	}
+	if !now.Before(r.deadline) {
+		return errQueued
+	}
+	return nil
+}
+
+func noScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
