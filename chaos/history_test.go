@@ -301,6 +301,7 @@ func TestWitnessOnLibrary(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			time.Sleep(3 * nodeTimeout) // the acquires to 3 and 4 time out: they are lost with the stall
 			for _, x := range stalls {
 				x.Remove()
 			}

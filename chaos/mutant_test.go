@@ -150,6 +150,21 @@ func newMutant(spec string, ms []redis.UniversalClient, cfg LockConfig) (*mutant
 	case k.quorumOne:
 		m.quorum = 1
 	}
+	// Load the scripts on every master that answers (it also opens a
+	// connection), so that a first request is one round trip, as the
+	// library's is: a broken lock must fail its check for its knob, not for
+	// a slow start.
+	var wg sync.WaitGroup
+	for _, rdb := range ms {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			for _, sc := range []*redis.Script{mutantRelease, mutantExtend, mutantAcquireFenced, mutantRaise} {
+				sc.Load(ctx, rdb)
+			}
+		})
+	}
+	wg.Wait()
 	return m, nil
 }
 

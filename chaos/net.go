@@ -64,8 +64,9 @@ type Proxy struct {
 	name string
 	addr string
 
-	mu sync.Mutex
-	n  int // toxic name counter
+	mu       sync.Mutex
+	n        int // toxic name counter
+	unsticks int
 }
 
 // Addr is where the group's client connects ("127.0.0.1:PORT"); it stays
@@ -96,7 +97,45 @@ type Toxic struct {
 // holding back; a stall closes the connections it held (toxiproxy's timeout
 // toxic), and what it swallowed is lost.
 func (x *Toxic) Remove() error {
-	return x.p.p.Toxics.RemoveToxic(context.Background(), x.name)
+	var err error
+	x.p.unstick(func() { err = x.p.p.Toxics.RemoveToxic(context.Background(), x.name) })
+	return err
+}
+
+// wedged is how long a toxic's add or removal may take before the proxy's
+// connections are cut to free it.
+const wedged = 2 * time.Second
+
+// unstick runs op, a change of the proxy's toxics. toxiproxy v2.12.0 can
+// wedge one: it interrupts each link's chain of toxics in turn, and a
+// latency toxic blocked handing a chunk on does not take the interrupt
+// until its link's writer moves. If op takes longer than wedged, unstick
+// cuts every live connection of the proxy (as Drop does), which closes the
+// chains, and waits for op. The proxy's Unsticks counts it.
+func (p *Proxy) unstick(op func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		op()
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(wedged):
+	}
+	p.mu.Lock()
+	p.unsticks++
+	p.mu.Unlock()
+	p.Drop()
+	<-done
+}
+
+// Unsticks is how many times a wedged toxic change needed the proxy's
+// connections cut.
+func (p *Proxy) Unsticks() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unsticks
 }
 
 func (p *Proxy) add(typ string, dir Direction, attrs string) (*Toxic, error) {
@@ -104,8 +143,11 @@ func (p *Proxy) add(typ string, dir Direction, attrs string) (*Toxic, error) {
 	p.n++
 	name := fmt.Sprintf("%s_%s_%d", typ, dir, p.n)
 	p.mu.Unlock()
-	_, err := p.p.Toxics.AddToxicJson(strings.NewReader(fmt.Sprintf(
-		`{"name":%q,"type":%q,"stream":%q,"toxicity":1.0,"attributes":{%s}}`, name, typ, dir, attrs)))
+	var err error
+	p.unstick(func() {
+		_, err = p.p.Toxics.AddToxicJson(strings.NewReader(fmt.Sprintf(
+			`{"name":%q,"type":%q,"stream":%q,"toxicity":1.0,"attributes":{%s}}`, name, typ, dir, attrs)))
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +202,7 @@ func (p *Proxy) BlackholeDown() error {
 }
 
 // Heal removes every toxic.
-func (p *Proxy) Heal() { p.p.Toxics.ResetToxics(context.Background()) }
+func (p *Proxy) Heal() { p.unstick(func() { p.p.Toxics.ResetToxics(context.Background()) }) }
 
 // Refuse closes the listener and every live connection: clients get
 // "connection refused" until Accept.
