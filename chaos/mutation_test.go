@@ -24,8 +24,6 @@ var mutations = []struct {
 	{"S2-minority-down-needs-all", minorityDown, "", "quorumall", "availability"},
 	{"S3-majority-down-one-is-enough", majorityDown, "", "quorumone", "with 3/5 down, want 0"},
 	{"S4-stalled-minority-waits-for-all", stalledMinorities, "", "waitall", "returns at quorum"},
-	{"S4-stalled-minority-no-expiry", stalledMinorities, "suite-clients", "noexpiry", "a TTL after SIGCONT"},
-	{"S4-stalled-minority-no-NX", stalledMinorities, "suite-clients", "nonx", "cs_overlaps="},
 	{"S5-stalled-majority-one-is-enough", stalledMajority, "", "quorumone", "while 3/5 stalled, want 0"},
 	{"S5-stalled-majority-undo-past-context", stalledMajority, "sigstop-default-clients", "slowundo", "after its context's deadline"},
 	{"S6-reply-lost-waits-for-all", replyLost, "", "waitall", "returns at quorum"},
