@@ -310,15 +310,7 @@ func runAdversary(t *testing.T, r *row, cfg advConfig) {
 	e := newEnv(t, r.sub, 5, nil)
 	a := &advRun{t: t, e: e, cfg: cfg, stop: make(chan struct{}), ops: map[string]int{}, faults: map[string]int{},
 		errs: map[string]string{}, maxLate: map[string]time.Duration{}}
-	var addrs []string
-	for _, s := range e.servers {
-		addrs = append(addrs, s.Addr())
-	}
-	w, err := NewWitness(addrs, e.prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
+	w := e.witness()
 	a.w = w
 	direct := e.direct()
 
@@ -432,15 +424,7 @@ func runAdversary(t *testing.T, r *row, cfg advConfig) {
 	// Let the masters run what is left, and the witness catch up.
 	time.Sleep(100 * time.Millisecond)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err = w.Sync(sctx, func(ctx context.Context, m int, msg string) error {
-		for {
-			err := direct[m].Echo(ctx, msg).Err()
-			if err == nil || ctx.Err() != nil {
-				return err
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
+	err := e.syncWitness(sctx, w)
 	cancel()
 	if err != nil {
 		r.must(false, "the witness did not catch up: %v", err)
@@ -599,18 +583,9 @@ func (a *advRun) finish(r *row, healAt time.Time, windDown time.Duration, heap u
 		windows += a.faults[k]
 	}
 	r.set("fault_windows", windows)
-	r.set("holds", f.Holds)
-	r.set("extends_checked", f.Extends)
-	r.set("overlaps", f.Overlaps)
-	r.set("stale_validity_after_failed_extend", f.StaleAfterFailedExtend)
-	r.set("extend_after_lapse", f.ExtendAfterLapse)
-	r.set("extend_success_after_validity", f.ExtendSuccessAfterValidity)
-	r.set("fence_regressions", f.FenceRegressions)
-	r.set("revivals", f.Revivals)
-	r.set("watchdog_late", f.WatchdogLate)
-	r.set("retake_after_release", f.RetakeAfterRelease)
-	r.set("acquire_after_release", f.AcquireAfterRelease)
-	r.set("release_without_quorum", f.ReleaseWithoutQuorum)
+	for _, fig := range f.Figures() {
+		r.set(fig.Name, fig.Value)
+	}
 	r.set("keys_after_release", recreated)
 	r.set("released_keys_left", leftReleased)
 	fs := a.res.Stats()

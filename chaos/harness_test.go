@@ -232,6 +232,37 @@ func settle(t testing.TB, ms []redis.UniversalClient) time.Duration {
 	return time.Since(start)
 }
 
+// witness starts a Witness on every master, closed when the test ends.
+func (e *env) witness() *Witness {
+	e.t.Helper()
+	var addrs []string
+	for _, s := range e.servers {
+		addrs = append(addrs, s.Addr())
+	}
+	w, err := NewWitness(addrs, e.prefix)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(w.Close)
+	return w
+}
+
+// syncWitness waits until w has read everything the masters ran so far,
+// sending its marks straight to each master (again until ctx ends, should
+// a master be slow to answer).
+func (e *env) syncWitness(ctx context.Context, w *Witness) error {
+	direct := e.direct()
+	return w.Sync(ctx, func(ctx context.Context, m int, msg string) error {
+		for {
+			err := direct[m].Echo(ctx, msg).Err()
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
 // residual scans every master for lock keys (the suite's prefix).
 func (e *env) residual() Residual {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

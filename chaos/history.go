@@ -192,6 +192,23 @@ type Findings struct {
 	Examples []string
 }
 
+// A Count is one named figure.
+type Count struct {
+	Name  string
+	Value int
+}
+
+// Figures are the counts by name, for the results table.
+func (f Findings) Figures() []Count {
+	return []Count{
+		{"holds", f.Holds}, {"extends_checked", f.Extends}, {"overlaps", f.Overlaps},
+		{"stale_validity_after_failed_extend", f.StaleAfterFailedExtend}, {"extend_after_lapse", f.ExtendAfterLapse},
+		{"extend_success_after_validity", f.ExtendSuccessAfterValidity}, {"fence_regressions", f.FenceRegressions},
+		{"revivals", f.Revivals}, {"watchdog_late", f.WatchdogLate}, {"retake_after_release", f.RetakeAfterRelease},
+		{"acquire_after_release", f.AcquireAfterRelease}, {"release_without_quorum", f.ReleaseWithoutQuorum},
+	}
+}
+
 func (f *Findings) example(format string, args ...any) {
 	if len(f.Examples) < 40 {
 		f.Examples = append(f.Examples, fmt.Sprintf(format, args...))

@@ -276,15 +276,7 @@ func TestWitnessOnLibrary(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, sub, 5, nil)
-			var addrs []string
-			for _, s := range e.servers {
-				addrs = append(addrs, s.Addr())
-			}
-			w, err := NewWitness(addrs, e.prefix)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
+			w := e.witness()
 			ms := e.masters("c")
 			warm(t, ms, 2)
 			c := e.locker(ms, LockConfig{Fencing: true})
@@ -313,10 +305,9 @@ func TestWitnessOnLibrary(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			direct := e.direct()
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			if err := w.Sync(sctx, func(ctx context.Context, m int, msg string) error { return direct[m].Echo(ctx, msg).Err() }); err != nil {
+			if err := e.syncWitness(sctx, w); err != nil {
 				t.Fatal(err)
 			}
 			got := map[string][]int{}
