@@ -159,7 +159,6 @@ type advClient struct {
 	ms     []redis.UniversalClient
 	px     []*Proxy
 	hooks  []*panicHook
-	master []int // the masters it locks on
 	keys   []string
 	ttls   []time.Duration
 	quorum int
@@ -227,7 +226,6 @@ func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // advRun is one run's shared state.
 type advRun struct {
-	t       *testing.T
 	e       *env
 	cfg     advConfig
 	clients []*advClient
@@ -308,7 +306,7 @@ func runAdversary(t *testing.T, r *row, cfg advConfig) {
 	r.set("clients_single", nSingle)
 	r.set("actors_per_client", nActors)
 	e := newEnv(t, r.sub, 5, nil)
-	a := &advRun{t: t, e: e, cfg: cfg, stop: make(chan struct{}), ops: map[string]int{}, faults: map[string]int{},
+	a := &advRun{e: e, cfg: cfg, stop: make(chan struct{}), ops: map[string]int{}, faults: map[string]int{},
 		errs: map[string]string{}, maxLate: map[string]time.Duration{}}
 	w := e.witness()
 	a.w = w
@@ -328,12 +326,10 @@ func runAdversary(t *testing.T, r *row, cfg advConfig) {
 		n := 5
 		if c.single {
 			ps, n = ps[:1], 1
-			c.master = []int{0}
 			for k := range cmpInt(cfg.keys, 3) {
 				c.keys = append(c.keys, fmt.Sprintf("s%d", k))
 			}
 		} else {
-			c.master = []int{0, 1, 2, 3, 4}
 			for k := range cmpInt(cfg.keys, 4) {
 				c.keys = append(c.keys, fmt.Sprintf("r%d", k))
 			}
