@@ -149,6 +149,11 @@ func adversary(t *testing.T, sub *subject, cfg advConfig, what string) {
 	})
 }
 
+type lateness struct {
+	count int
+	max   time.Duration
+}
+
 // An advClient is one client process: its proxies, its go-redis clients
 // and its current lock, replaced when the adversary restarts it.
 type advClient struct {
@@ -238,8 +243,9 @@ type advRun struct {
 	mu       sync.Mutex
 	ops      map[string]int
 	faults   map[string]int
-	errs     map[string]string // an example of each unexpected error, by op
-	late     []string          // calls that outlasted their context
+	errs     map[string]string   // an example of each unexpected error, by op
+	late     []string            // calls that outlasted their context
+	lateBy   map[string]lateness // by client and call
 	maxLate  map[string]time.Duration
 	closes   []time.Duration
 	slowShut []string // Close calls over their bound
@@ -294,8 +300,13 @@ func (a *advRun) deadline(c *advClient, op string, ctx context.Context, returned
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.maxLate[op] = max(a.maxLate[op], late)
-	if late > bound && len(a.late) < 100 {
-		a.late = append(a.late, fmt.Sprintf("%s %s returned %v after its context's deadline (bound %v)", c.name, op, late.Round(time.Millisecond), bound))
+	if late > bound {
+		k := c.name + " " + op
+		n := a.lateBy[k]
+		a.lateBy[k] = lateness{n.count + 1, max(n.max, late)}
+		if len(a.late) < 100 {
+			a.late = append(a.late, fmt.Sprintf("%s %s returned %v after its context's deadline (bound %v)", c.name, op, late.Round(time.Millisecond), bound))
+		}
 	}
 }
 
@@ -307,7 +318,7 @@ func runAdversary(t *testing.T, r *row, cfg advConfig) {
 	r.set("actors_per_client", nActors)
 	e := newEnv(t, r.sub, 5, nil)
 	a := &advRun{e: e, cfg: cfg, stop: make(chan struct{}), ops: map[string]int{}, faults: map[string]int{},
-		errs: map[string]string{}, maxLate: map[string]time.Duration{}}
+		errs: map[string]string{}, maxLate: map[string]time.Duration{}, lateBy: map[string]lateness{}}
 	w := e.witness()
 	a.w = w
 	direct := e.direct()
@@ -618,6 +629,14 @@ func (a *advRun) finish(r *row, healAt time.Time, windDown time.Duration, heap u
 	}
 	for _, l := range a.late[:min(len(a.late), 5)] {
 		r.note("%s", l)
+	}
+	if len(a.lateBy) > 0 {
+		var by []string
+		for k, v := range a.lateBy {
+			by = append(by, fmt.Sprintf("%s: %d, at most %v", k, v.count, v.max.Round(time.Millisecond)))
+		}
+		sort.Strings(by)
+		r.note("calls past their context's deadline by more than their bound, by client: %s", strings.Join(by, "; "))
 	}
 	for _, s := range a.slowShut {
 		r.note("%s", s)
