@@ -149,6 +149,15 @@ func adversary(t *testing.T, sub *subject, cfg advConfig, what string) {
 	})
 }
 
+// lateCount is how many calls outlasted their bound. The caller holds a.mu.
+func (a *advRun) lateCount() int {
+	n := 0
+	for _, v := range a.lateBy {
+		n += v.count
+	}
+	return n
+}
+
 type lateness struct {
 	count int
 	max   time.Duration
@@ -672,7 +681,7 @@ func (a *advRun) verdicts(f Findings, recreated int) []verdict {
 		{f.ReleaseWithoutQuorum == 0, fmt.Sprintf("release_without_quorum=%d: Release returned nil without a quorum running it", f.ReleaseWithoutQuorum)},
 		{recreated == 0, fmt.Sprintf("keys_after_release=%d: keys of released locks left after the faults stopped", recreated)},
 		{len(a.slowShut) == 0, fmt.Sprintf("close_over_bound=%d: Close took longer than its bound", len(a.slowShut))},
-		{len(a.late) == 0, fmt.Sprintf("past_ctx=%d calls outlasted their context by more than the slack", len(a.late))},
+		{a.lateCount() == 0, fmt.Sprintf("past_ctx=%d calls outlasted their context by more than the slack", a.lateCount())},
 		{len(a.panics) == 0, fmt.Sprintf("op_panics=%d", len(a.panics))},
 	}
 }
@@ -911,6 +920,8 @@ done:
 		if d := time.Since(t0); d > x.c.nt+slack {
 			x.a.mu.Lock()
 			x.a.late = append(x.a.late, fmt.Sprintf("%s KeepAlive's stop took %v", x.c.name, d))
+			k := x.c.name + " keepalive-stop"
+			x.a.lateBy[k] = lateness{x.a.lateBy[k].count + 1, max(x.a.lateBy[k].max, d)}
 			x.a.mu.Unlock()
 		}
 	}
