@@ -346,7 +346,11 @@ func watchdogs(t *testing.T, sub *subject) {
 		var cause error
 		var ran time.Duration
 		start := time.Now()
-		doErr := c.Do(context.Background(), "k", 600*time.Millisecond, func(ctx context.Context) error {
+		// Bounded: a lock that never gets the masters fails the row, it does
+		// not retry forever.
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		doErr := c.Do(dctx, "k", 600*time.Millisecond, func(ctx context.Context) error {
 			t0 := time.Now()
 			select {
 			case <-ctx.Done():
