@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -186,15 +187,19 @@ func TestAttachConfirmsOnTheMasters(t *testing.T) {
 	if a.Token() != l.Token() || a.Fence() != l.Fence() || a.Validity() < 50*time.Second {
 		t.Fatalf("attached token %q fence %d validity %v", a.Token(), a.Fence(), a.Validity())
 	}
-	st, err := other.Inspect(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range st.Masters {
-		if m.Token != l.Token() || m.TTL < 50*time.Second || m.Fence != l.Fence() {
-			t.Fatalf("master %d: %+v after Attach(1m), want our token, the new TTL and the fence", i, m)
+	var st *redlock.KeyState
+	redistest.Eventually(t, func() error { // Attach returns at quorum; the third master follows
+		st, err = other.Inspect(ctx, "job")
+		if err != nil {
+			return err
 		}
-	}
+		for i, m := range st.Masters {
+			if m.Token != l.Token() || m.TTL < 50*time.Second || m.Fence != l.Fence() {
+				return fmt.Errorf("master %d: %+v after Attach(1m), want our token, the new TTL and the fence", i, m)
+			}
+		}
+		return nil
+	})
 	if tok, n := st.Holder(); tok != l.Token() || n != 3 {
 		t.Fatalf("Holder %q on %d", tok, n)
 	}

@@ -123,6 +123,7 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 	o := l.op.with(opRaise, nil, fence)
 	o.deadline, o.done = capDeadline(ctx, time.Now().Add(timeout)), ctx.Done()
 	o.inline = o.done == nil
+	o.vals = ctx
 	raised := c.round()
 	defer raised.done()
 	n := 0

@@ -3,7 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +25,8 @@ type MasterState struct {
 	TTL   time.Duration // time left before the key expires; -1 when it has no expiry
 	Fence int64         // the key's fence counter; 0 when it has none (no fencing)
 	Err   error         // the master did not answer; the fields above are then zero
+
+	index int // the master's position, while Inspect collects
 }
 
 // Holder returns the token held on a quorum of masters, and how many hold
@@ -66,14 +68,43 @@ func (c *Client) Inspect(ctx context.Context, key string) (*KeyState, error) {
 	s := &KeyState{Key: key, Quorum: c.quorum, Masters: make([]MasterState, len(c.nodes))}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout(time.Hour))
 	defer cancel()
-	var wg sync.WaitGroup
-	for i, n := range c.nodes {
-		wg.Go(func() {
-			s.Masters[i] = inspect(ctx, n.rdb, keys)
-			s.Masters[i].Addr = n.addr
-		})
+	// The reads go straight to the masters' clients; a client whose reads
+	// its context does not bound (ContextTimeoutEnabled off) would hold a
+	// frozen master's read for its ReadTimeout. They run on the Client's
+	// goroutines, which Close waits for, and Inspect returns at the
+	// deadline whatever they do.
+	if !c.enter() {
+		return nil, ErrClosed
 	}
-	wg.Wait()
+	answers := make(chan MasterState, len(c.nodes))
+	var left atomic.Int32
+	left.Store(int32(len(c.nodes)))
+	for i, n := range c.nodes {
+		go func() {
+			m := inspect(ctx, n.rdb, keys)
+			m.Addr, m.index = n.addr, i
+			answers <- m
+			if left.Add(-1) == 0 {
+				c.dos.Done()
+			}
+		}()
+	}
+	for i, n := range c.nodes {
+		s.Masters[i] = MasterState{Addr: n.addr, Err: fmt.Errorf("%w (%w)", errNoReply, context.DeadlineExceeded), index: -1}
+	}
+	for range c.nodes {
+		select {
+		case m := <-answers:
+			s.Masters[m.index] = m
+		case <-ctx.Done():
+			for i := range s.Masters {
+				if s.Masters[i].index < 0 {
+					s.Masters[i].Err = fmt.Errorf("%w (%w)", errNoReply, context.Cause(ctx))
+				}
+			}
+			return s, nil
+		}
+	}
 	return s, nil
 }
 

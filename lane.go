@@ -33,6 +33,11 @@ import (
 //     (TestLaneFailsFastWhileStalled)
 //   - Whoever clears running wakes a parked worker that has work or must
 //     exit, so Close never waits on a sleeping worker. (TestLaneClosesAfterInline)
+//   - A lane with nothing queued still gives its transport a tick now and
+//     then while the transport asks for it (to give an unused connection
+//     back, to send kept Releases again), and a Release the lane could not
+//     send is kept, not lost. (TestIdleClientGivesItsConnectionsBack,
+//     TestReleasedLockLeavesNoKeyAfterAStall)
 
 // A transport sends batches to one master. One goroutine at a time uses it:
 // whoever runs the lane.
@@ -40,9 +45,14 @@ type transport interface {
 	// exec sends batch and sets every request's reply (r.val, r.err). now
 	// is about when the batch started.
 	exec(batch []*request, now time.Time)
-	// reset drops the connection after exec panicked: what it carries is
-	// unknown.
-	reset()
+	// reset drops the connection after exec panicked on batch: what it
+	// carries is unknown.
+	reset(batch []*request)
+	// keepOp keeps a Release the lane could not send, to send it later.
+	keepOp(o op)
+	// tick runs when the lane is idle; it reports whether the transport
+	// wants another tick later.
+	tick(now time.Time) bool
 	// close gives back what the transport holds; the lane is done with it.
 	close()
 }
@@ -58,6 +68,9 @@ type lane struct {
 	stalled time.Time // from then on the batch in flight is overdue: twice its deadline's span
 	waiting bool      // the worker is parked
 	closed  bool
+	kept    []op        // Releases failed before they were sent, for the transport
+	ticking *time.Timer // the next tick, while the transport wants ticks
+	poked   bool        // a tick is due
 
 	live []*request // scratch, owned by whoever runs the lane
 }
@@ -89,6 +102,9 @@ func (l *lane) send(r *request, inline bool) {
 		l.fail(r, ErrClosed)
 		return
 	case l.running && !time.Now().Before(l.stalled):
+		if r.kind == opRelease && len(l.kept) < maxPending {
+			l.kept = append(l.kept, r.op)
+		}
 		l.mu.Unlock()
 		l.fail(r, errStalled)
 		return
@@ -99,7 +115,8 @@ func (l *lane) send(r *request, inline bool) {
 		l.run(one[:])
 		l.mu.Lock()
 		l.running = false
-		if l.waiting && (len(l.queue) > 0 || l.closed) {
+		l.armTick()
+		if l.waiting && (len(l.queue) > 0 || l.closed || l.poked) {
 			l.cond.Signal()
 		}
 		l.mu.Unlock()
@@ -121,8 +138,26 @@ func (l *lane) fail(r *request, err error) {
 func (l *lane) close() {
 	l.mu.Lock()
 	l.closed = true
+	if l.ticking != nil {
+		l.ticking.Stop()
+	}
 	l.cond.Broadcast()
 	l.mu.Unlock()
+}
+
+// armTick schedules a tick, unless one is scheduled; with l.mu held.
+func (l *lane) armTick() {
+	if l.ticking != nil || l.closed {
+		return
+	}
+	l.ticking = time.AfterFunc(tickEvery, func() {
+		l.mu.Lock()
+		l.ticking, l.poked = nil, true
+		if l.waiting {
+			l.cond.Signal()
+		}
+		l.mu.Unlock()
+	})
 }
 
 // work runs the lane: whatever is queued goes out as one batch, one batch
@@ -132,15 +167,28 @@ func (l *lane) work(wg *sync.WaitGroup) {
 	var batch []*request
 	l.mu.Lock()
 	for {
-		for (len(l.queue) == 0 && !l.closed) || l.running {
+		for (len(l.queue) == 0 && !l.closed && !l.poked) || l.running {
 			l.waiting = true
 			l.cond.Wait()
 			l.waiting = false
 		}
-		if len(l.queue) == 0 {
+		if len(l.queue) == 0 && l.closed {
 			l.mu.Unlock()
 			l.t.close()
 			return
+		}
+		if len(l.queue) == 0 { // a tick
+			now := time.Now()
+			l.poked, l.running, l.stalled = false, true, stallAt(now, now.Add(tickBudget))
+			kept := l.takeKept()
+			l.mu.Unlock()
+			again := l.tick(kept)
+			l.mu.Lock()
+			l.running = false
+			if again {
+				l.armTick()
+			}
+			continue
 		}
 		batch, l.queue = l.queue, batch[:0]
 		var due time.Time
@@ -153,7 +201,33 @@ func (l *lane) work(wg *sync.WaitGroup) {
 		clear(batch)
 		l.mu.Lock()
 		l.running = false
+		l.armTick()
 	}
+}
+
+// takeKept returns the Releases kept for the transport; with l.mu held.
+func (l *lane) takeKept() []op {
+	kept := l.kept
+	l.kept = nil
+	return kept
+}
+
+// tick hands kept Releases to the transport and ticks it, surviving a
+// panic as exec does.
+func (l *lane) tick(kept []op) (again bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			func() {
+				defer func() { _ = recover() }()
+				l.t.reset(nil)
+			}()
+			again = true
+		}
+	}()
+	for _, o := range kept {
+		l.t.keepOp(o)
+	}
+	return l.t.tick(time.Now())
 }
 
 // run sends the requests of batch that are still wanted and delivers every
@@ -162,10 +236,19 @@ func (l *lane) work(wg *sync.WaitGroup) {
 // lane goes on.
 func (l *lane) run(batch []*request) {
 	now := time.Now()
+	l.mu.Lock()
+	kept := l.takeKept()
+	l.mu.Unlock()
+	for _, o := range kept {
+		l.t.keepOp(o)
+	}
 	live := l.live[:0]
 	for _, r := range batch {
 		if err := r.dropped(now); err != nil {
 			r.val, r.err = 0, err
+			if r.kind == opRelease {
+				l.t.keepOp(r.op)
+			}
 			continue
 		}
 		live = append(live, r)
@@ -185,10 +268,11 @@ func (l *lane) exec(batch []*request, now time.Time) {
 		if v := recover(); v != nil {
 			for _, r := range batch {
 				r.val, r.err = 0, errPanicked{v}
+				r.forget() // go-redis may still hold its commands
 			}
 			func() {
 				defer func() { _ = recover() }() // dropping the connection may run the same hook
-				l.t.reset()
+				l.t.reset(batch)
 			}()
 		}
 	}()

@@ -59,11 +59,15 @@ func (f *fakeTransport) exec(batch []*request, _ time.Time) {
 	}
 }
 
-func (f *fakeTransport) reset() {
+func (f *fakeTransport) reset([]*request) {
 	f.mu.Lock()
 	f.resets++
 	f.mu.Unlock()
 }
+
+func (f *fakeTransport) keepOp(op) {}
+
+func (f *fakeTransport) tick(time.Time) bool { return false }
 
 func (f *fakeTransport) close() {
 	f.mu.Lock()
@@ -296,7 +300,7 @@ func parked(l *lane) {
 // fail at once instead of piling requests into the lane's queue.
 func TestFrozenMasterQueueStaysBounded(t *testing.T) {
 	servers := redistest.Start(t, 1)
-	rdb := servers[0].Client(func(o *redis.Options) { o.ReadTimeout = -1 })
+	rdb := servers[0].Client(func(o *redis.Options) { o.ReadTimeout = 3 * time.Second })
 	defer rdb.Close()
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,13 +18,57 @@ type Lock struct {
 	token string
 	fence int64
 	op    op // the acquire: its key and token boxed once for every request
-	// obtained is when the winning attempt started, for WithMaxHold.
-	obtained time.Time
+	// obtained is when the winning attempt started, for WithMaxHold and
+	// WithHoldAtLeast.
+	obtained    time.Time
+	holdAtLeast time.Duration // WithHoldAtLeast; 0 without
+	keptUntil   time.Time     // a Release kept the key until then; guarded by mu
 
-	mu       sync.Mutex    // serialises Extend and Release
-	ttl      time.Duration // of the last Obtain or Extend; guarded by mu
-	released atomic.Bool   // a Release decided (nil or ErrLockLost); written under mu
-	until    atomic.Int64  // end of validity, in ns since c.epoch; 0 when released or lost
+	mu        sync.Mutex    // serialises Extend and Release
+	ttl       time.Duration // of the last Obtain or Extend; guarded by mu
+	releasing atomic.Bool   // a Release has started; set before until is cleared
+	released  atomic.Bool   // a Release decided (nil or ErrLockLost); written under mu
+	until     atomic.Int64  // end of validity, in ns since c.epoch; 0 when released or lost
+
+	// changed, once a watchdog watches the lock, is signalled whenever
+	// until changes, so that the watchdog follows a shorter validity.
+	changed atomic.Pointer[chan struct{}]
+	// renewing cancels the watchdog's renewal in flight, so that a Release
+	// need not wait for it.
+	renewing atomic.Pointer[context.CancelFunc]
+}
+
+// lockFor takes l.mu for a call of the caller's, waiting no longer than
+// ctx; a watchdog's renewal in flight gives way to it.
+func (l *Lock) lockFor(ctx context.Context) error {
+	if l.mu.TryLock() {
+		return nil
+	}
+	if cancel := l.renewing.Load(); cancel != nil {
+		(*cancel)()
+	}
+	t := time.NewTimer(time.Millisecond)
+	defer t.Stop()
+	for !l.mu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redlock: waiting for the lock's Extend or renewal in flight: %w", context.Cause(ctx))
+		case <-t.C:
+			t.Reset(time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// setUntil sets the end of validity and tells a watchdog.
+func (l *Lock) setUntil(until int64) {
+	l.until.Store(until)
+	if ch := l.changed.Load(); ch != nil {
+		select {
+		case *ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Key returns the key the lock was obtained for, without the client's
@@ -55,12 +100,14 @@ func (l *Lock) Validity() time.Duration {
 	return max(0, time.Duration(until)-time.Since(l.c.epoch))
 }
 
-// Extend resets the lock's TTL to ttl on every master where it is still
-// ours, and re-takes the key where it has vanished (a restart, an eviction).
-// It succeeds when a quorum confirmed it within the new validity, and then
-// the validity is counted anew from the start of this call: ttl minus the
-// time Extend took minus the drift allowance (shorter than before, when ttl
-// is).
+// Extend makes the lock's key last at least ttl more on every master where
+// it is still ours, and re-takes the key where it has vanished (a restart,
+// an eviction). It succeeds when a quorum confirmed it within the new
+// validity, and then the validity is counted anew from the start of this
+// call: ttl minus the time Extend took minus the drift allowance. A key is
+// never shortened on a master: with a shorter ttl, only the validity the
+// holder counts on shrinks (so that a late Extend cannot cut a lock a later
+// one renewed); Release still frees the lock at once.
 //
 // No request of Extend takes effect after the lock's validity has ended: its
 // requests' deadline is capped at that end, and a master re-takes a vanished
@@ -81,21 +128,43 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
+	if err := l.lockFor(ctx); err != nil {
+		return err
+	}
 	defer l.mu.Unlock()
-	return l.extendLocked(ctx, ttl)
+	return l.extendLocked(ctx, ttl, false)
 }
 
 // extendLocked is Extend after validation, with l.mu held; the watchdog
-// calls it while the client closes.
-func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
+// calls it (renewal set) while the client closes.
+func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, renewal bool) error {
+	if l.c.cfg.obs == nil {
+		return l.extendQuorum(ctx, ttl, nil)
+	}
+	start, before := time.Now(), l.Validity()
+	var answers []NodeError
+	err := l.extendQuorum(ctx, ttl, &answers)
+	l.c.observe(ctx, &ExtendEvent{Key: l.key, Renewal: renewal, Latency: time.Since(start), Outcome: outcome(ctx, err, Extended),
+		Before: before, After: l.Validity(), Masters: answers, Err: err})
+	return err
+}
+
+// extendQuorum asks the masters; with answers set, it leaves their answers
+// there.
+func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]NodeError) error {
 	c := l.c
 	start := time.Now()
 	until := time.Duration(l.until.Load())
 	end := c.epoch.Add(until) // the validity's end, on the monotonic clock
 	if until == 0 || !start.Before(end) {
-		l.until.Store(0)
+		l.setUntil(0)
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
+	}
+	if ctx.Err() != nil { // nothing to ask the masters for a caller gone
+		rd := c.round()
+		defer rd.done()
+		rd.expire(context.Cause(ctx))
+		return c.quorumError("extend", rd, nil)
 	}
 	timeout := c.cfg.timeout(ttl)
 	deadline := start.Add(timeout)
@@ -103,17 +172,21 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 		deadline = end
 	}
 	o := l.op.with(opExtend, c.boxTTL(ttl), l.fence)
-	o.retakeBy = capDeadline(ctx, deadline).UnixMilli()
+	d := capDeadline(ctx, deadline)
+	o.retakeBy = d.UnixMilli()
 	rd := c.fanout(ctx, o, deadline, timeout)
 	defer rd.done()
+	if answers != nil {
+		defer func() { *answers = slices.Clone(rd.nodes) }()
+	}
 	valid := ttl - c.cfg.drift(ttl)
 	if rd.ok >= c.quorum && time.Since(start) < valid {
-		l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
+		l.setUntil(int64(start.Add(valid).Sub(c.epoch)))
 		l.ttl = ttl
 		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {
-		l.until.Store(0)
+		l.setUntil(0)
 		return c.quorumError("extend", rd, ErrLockLost)
 	}
 	// Not extended. The masters it reached, or may still reach, now hold
@@ -121,13 +194,23 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 	// others until the old validity's end.
 	until = min(until, start.Add(valid).Sub(c.epoch))
 	if until <= time.Since(c.epoch) {
-		l.until.Store(0)
+		l.setUntil(0)
 		qe := c.quorumError("extend", rd, ErrLockLost)
 		qe.why = "the validity ran out before a quorum confirmed"
 		return qe
 	}
-	l.until.Store(int64(until))
+	l.setUntil(int64(until))
 	return c.quorumError("extend", rd, nil)
+}
+
+// KeptUntil returns, after a Release that returned nil for a lock obtained
+// [WithHoldAtLeast] before its minimum hold had passed, the time until
+// which the masters keep its key; the zero Time otherwise (the key was
+// deleted).
+func (l *Lock) KeptUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.keptUntil
 }
 
 // Release deletes the lock on every master where it still holds our token,
@@ -141,6 +224,10 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 // Once a Release has returned nil or ErrLockLost, later calls return nil at
 // once: a deferred Release after an explicit one is no alarm. After a
 // Release that merely failed to reach the masters, another call tries again.
+//
+// For a lock obtained [WithHoldAtLeast] whose minimum hold has not passed
+// yet, Release leaves the key in place for the rest of it instead of
+// deleting it; [Lock.KeptUntil] then says until when.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("nil context")
@@ -155,23 +242,62 @@ func (l *Lock) Release(ctx context.Context) error {
 // release is Release after validation; Do calls it while the client
 // closes.
 func (l *Lock) release(ctx context.Context) error {
-	l.mu.Lock()
+	if err := l.lockFor(ctx); err != nil {
+		return err
+	}
 	defer l.mu.Unlock()
 	if l.released.Load() {
 		return nil
 	}
-	return l.releaseLocked(ctx)
+	if l.c.cfg.obs == nil {
+		return l.releaseLocked(ctx, nil)
+	}
+	start := time.Now()
+	var answers []NodeError
+	err := l.releaseLocked(ctx, &answers)
+	l.c.observe(ctx, &ReleaseEvent{Key: l.key, Held: start.Sub(l.obtained), Latency: time.Since(start), Outcome: outcome(ctx, err, Released), Masters: answers, Err: err})
+	return err
 }
 
 // releaseLocked is release with l.mu held.
-func (l *Lock) releaseLocked(ctx context.Context) error {
+//
+// The Release goes out to every master even when ctx has ended (it is the
+// cleanup); the caller waits for the outcome no longer than ctx. With ctx
+// already done, it returns at once, and a later Release does nothing more.
+func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	c := l.c
-	l.until.Store(0)
+	// A Release after one that got no answer: that one may have run, or
+	// been kept and sent since (transport.go), so no key is no loss.
+	again := l.releasing.Swap(true)
+	l.setUntil(0)
 	timeout := c.cfg.timeout(l.ttl)
-	rd := c.fanout(ctx, l.op.with(opRelease, nil, 0), time.Now().Add(timeout), timeout)
+	o := l.op.with(opRelease, nil, 0)
+	o.again = again
+	var kept time.Time
+	if rest := time.Until(l.obtained.Add(l.holdAtLeast)); rest > 0 {
+		// Held at least until then: the key stays for the rest of the while.
+		ms := (rest + time.Millisecond - 1) / time.Millisecond
+		o.ttl, kept = int64(ms), time.Now().Add(rest)
+	}
+	if ctx.Err() != nil {
+		o.deadline, o.vals = time.Now().Add(timeout), ctx
+		rd := c.round()
+		defer rd.done()
+		for i := range c.nodes {
+			c.send(i, &o, nil)
+		}
+		rd.expire(context.Cause(ctx))
+		l.released.Store(true)
+		return c.quorumError("release", rd, nil)
+	}
+	rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
 	defer rd.done()
+	if answers != nil {
+		*answers = slices.Clone(rd.nodes)
+	}
 	if rd.ok >= c.quorum {
 		l.released.Store(true)
+		l.keptUntil = kept
 		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {

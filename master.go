@@ -68,6 +68,9 @@ func parseMaster(spec string) (*redis.Options, error) {
 		}
 		return nil, invalid("%q is not a valid %s URL: %v", spec, scheme, err)
 	}
+	if strings.Contains(spec, "@") {
+		return nil, invalid("%q has a user part but no scheme: write redis://user:password@host:port", redactHost(spec))
+	}
 	host, port, err := net.SplitHostPort(spec)
 	if err != nil {
 		// No port: the Redis default.
@@ -81,6 +84,10 @@ func parseMaster(spec string) (*redis.Options, error) {
 	}
 	return &redis.Options{Network: "tcp", Addr: net.JoinHostPort(host, port)}, nil
 }
+
+// redactHost hides what comes before the last '@' of a master written
+// without a scheme.
+func redactHost(s string) string { return "xxx" + s[strings.LastIndex(s, "@"):] }
 
 // redactURL hides a URL's user part in messages.
 func redactURL(s string) string {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,22 +18,27 @@ import (
 // it speaks in requests and rounds.
 
 type node struct {
-	rdb    redis.UniversalClient
-	addr   string
-	inl    bool         // requests may run on the caller's goroutine (one master, bounded reads)
-	loaded atomic.Bool  // every script is in the master's cache, as far as we know
-	takes  sync.Mutex   // see redisTransport.take
-	reqs   *sync.Pool   // the client's pool of requests
-	lanes  []*lane      // a lock's requests all take the lane its key hashes to
-	seed   maphash.Seed // for that hash
+	rdb   redis.UniversalClient
+	addr  string
+	inl   bool         // requests may run on the caller's goroutine (one master, bounded reads)
+	reqs  *sync.Pool   // the client's pool of requests
+	lanes []*lane      // a lock's requests all take the lane its key hashes to
+	seed  maphash.Seed // for that hash
+	down  atomic.Bool  // the master stopped answering (kept with an Observer only)
+
+	// Shared by the node's transports.
+	loaded    atomic.Bool   // every script is in the master's cache, as far as we know
+	killKnown atomic.Int32  // 0 not asked yet, 1 CLIENT KILL allowed, 2 not
+	dialed    atomic.Bool   // a connection was set up: no more dial turns
+	takes     chan struct{} // the dial turn (see dialTurn)
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
 	std, _ := rdb.(*redis.Client)
-	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs}
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1)}
 	n.seed = maphash.MakeSeed()
 	for range lanesFor(rdb, single) {
-		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil, loaded: &n.loaded, takes: &n.takes}
+		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil || !commandsAlias(), node: n}
 		l := newLane(t, n.deliver)
 		n.lanes = append(n.lanes, l)
 		wg.Add(1)
@@ -40,6 +46,37 @@ func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Poo
 	}
 	return n
 }
+
+// killAllowed reports whether the master lets this client kill
+// connections (the barrier; see transport.go).
+func (n *node) killAllowed() bool { return n.killKnown.Load() == 1 }
+
+// dialTurn waits, no longer than ctx's deadline, for the node's dial turn,
+// until a first connection is set up: go-redis v9.23 races with itself when
+// connections of one client dial at once through Conn (a handshake that
+// falls back writes the client's shared options under a lock of its own),
+// and once one has, the others do not. It reports whether it took the turn.
+func (n *node) dialTurn(ctx context.Context) (bool, error) {
+	if n.dialed.Load() {
+		return false, nil
+	}
+	select {
+	case n.takes <- struct{}{}:
+		return true, nil
+	default:
+	}
+	at, _ := ctx.Deadline()
+	w := time.NewTimer(time.Until(at))
+	defer w.Stop()
+	select {
+	case n.takes <- struct{}{}:
+		return true, nil
+	case <-w.C:
+		return false, errQueued
+	}
+}
+
+func (n *node) dialDone() { <-n.takes }
 
 // lanesFor is how many lanes a node has: one per master of several, and
 // up to four (a connection each) for a single master, fewer when the

@@ -21,6 +21,8 @@ type config struct {
 	keyPrefix   string
 	nodeTimeout time.Duration // 0: ttl/10, at most 500ms
 	fencing     bool
+	obs         Observer
+	obsSet      bool
 }
 
 func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
@@ -31,6 +33,9 @@ func (c *config) check() error {
 	}
 	if c.nodeTimeout < 0 {
 		return invalid("node timeout must be > 0")
+	}
+	if c.obsSet && c.obs == nil {
+		return invalid("nil observer")
 	}
 	return nil
 }
@@ -94,10 +99,11 @@ func WithFencing() Option { return fencing{} }
 type ObtainOption interface{ applyObtain(*obtainConfig) }
 
 type obtainConfig struct {
-	retry      RetryStrategy // NoRetry unless set
-	retrySet   bool
-	renewEvery time.Duration // 0: ttl/3
-	maxHold    time.Duration // 0: no cap
+	retry       RetryStrategy // NoRetry unless set
+	retrySet    bool
+	holdAtLeast time.Duration // 0: Release deletes at once
+	renewEvery  time.Duration // 0: ttl/3
+	maxHold     time.Duration // 0: no cap
 }
 
 // The calls that take ObtainOptions, by what they use.
@@ -110,7 +116,10 @@ const (
 
 // obtainOptions applies opts for a call that uses what use says.
 func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
-	oc := obtainConfig{retry: noRetry{}}
+	if len(opts) == 0 { // applying options moves oc to the heap
+		return obtainConfig{retry: oneAttempt}, nil
+	}
+	oc := obtainConfig{retry: oneAttempt}
 	for _, o := range opts {
 		if o == nil {
 			return oc, invalid("nil option")
@@ -124,6 +133,12 @@ func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
 		if err := checkStrategy(oc.retry); err != nil {
 			return oc, err
 		}
+	}
+	if oc.holdAtLeast != 0 && use&forObtain == 0 {
+		return oc, invalid("WithHoldAtLeast applies to Obtain and Do, which take the lock; this call does not")
+	}
+	if oc.holdAtLeast < 0 {
+		return oc, invalid("hold-at-least must be > 0")
 	}
 	if (oc.renewEvery != 0 || oc.maxHold != 0) && use&forWatchdog == 0 {
 		return oc, invalid("WithRenewEvery and WithMaxHold apply to Do and KeepAlive, which renew the lock; Obtain does not")
@@ -185,6 +200,20 @@ func (d maxHold) applyObtain(c *obtainConfig) { c.maxHold = positive(time.Durati
 // worker cannot hold a lock forever (the Redis documentation's liveness
 // advice). Default: no cap; must be > 0. [Client.Obtain] refuses it.
 func WithMaxHold(d time.Duration) ObtainOption { return maxHold(d) }
+
+type holdAtLeast time.Duration
+
+func (d holdAtLeast) applyObtain(c *obtainConfig) { c.holdAtLeast = positive(time.Duration(d)) }
+
+// WithHoldAtLeast keeps the lock for at least d from when it was obtained,
+// also when it is released sooner: a Release (and Do's) before then leaves
+// the key in place, its TTL set to what remains of d, instead of deleting
+// it, and [Lock.KeptUntil] says until when. It is ShedLock's "lock at least
+// for": every replica runs the same schedule on clocks a little apart, and a
+// job that ends fast must not let a replica whose timer fires late run it a
+// second time. Keep d below the schedule's period. Default 0 (Release
+// deletes at once); must be > 0.
+func WithHoldAtLeast(d time.Duration) ObtainOption { return holdAtLeast(d) }
 
 // positive maps d <= 0 to -1, which the checks reject (0 means "default").
 func positive(d time.Duration) time.Duration {

@@ -47,6 +47,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,10 +68,11 @@ type Client struct {
 	epoch  time.Time      // the monotonic origin of every Lock's validity
 	wg     sync.WaitGroup // the nodes' workers
 
-	closed  atomic.Bool
-	mu      sync.Mutex     // orders Do's entry against Close
-	dos     sync.WaitGroup // running Do calls and KeepAlive watchdogs
-	closing chan struct{}  // closed when Close starts
+	closed   atomic.Bool
+	mu       sync.Mutex     // orders Do's entry against Close
+	dos      sync.WaitGroup // running Do calls and KeepAlive watchdogs
+	closing  chan struct{}  // closed when Close starts
+	finished chan struct{}  // closed when Close has finished
 
 	sharded bool // a master shards keys by hash slot (Cluster, Ring)
 
@@ -95,16 +98,20 @@ type Client struct {
 //     that long, and requests behind it fail at once.
 //   - Connections: the Client keeps one connection of each standalone
 //     master's pool per lane (one lane per master; up to four for a single
-//     master, a quarter of its PoolSize at most) for as long as it is open,
-//     and turns it every few seconds while in steady use. A Cluster master
-//     uses its pool per request.
+//     master, a quarter of its PoolSize at most) while it uses it: it gives
+//     it back after 1s without requests, and at once when the pool has no
+//     idle connection left. A Cluster master uses its pool per request.
+//   - A read timeout (go-redis's default will do): New refuses a client
+//     with ReadTimeout -1 or -2, which would let a frozen master hold the
+//     Client forever.
 //   - Hooks run for every command the Client sends; a hook must not keep a
 //     command after it returns (commands are reused).
-//   - CLIENT ID and CLIENT KILL allowed to the client's user (the defaults):
-//     a connection given up with requests in flight is killed before the
-//     next request of its lane goes out, so one lock's requests keep their
-//     order. Without them, order across a replaced connection rests on the
-//     masters' clocks (see [Lock.Extend]).
+//   - CLIENT INFO and CLIENT KILL allowed to the client's user (the
+//     defaults): a connection given up with requests in flight is killed
+//     before the next request of its lane goes out, so one lock's requests
+//     keep their order. Without them, a late acquire can keep a released
+//     key until its TTL (a late Extend can neither cut a lock nor revive
+//     one; see [Lock.Extend]).
 //
 // The lock is an efficiency lock: it makes duplicate work rare, not
 // impossible (see the package doc). Use fencing tokens checked by the
@@ -116,6 +123,9 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	for i, m := range masters {
 		if m == nil {
 			return nil, invalid("master %d is nil", i)
+		}
+		if !boundedReads(m) {
+			return nil, invalid("master %d: its client has no read timeout (ReadTimeout -1 or -2): a master that stops answering would hold the Client forever; give it one (go-redis's default will do)", i)
 		}
 		if _, ok := m.(*redis.Ring); ok {
 			return nil, invalid("master %d is a *redis.Ring: a Ring moves keys between its shards when one leaves, which would hand a held lock's key to a shard that never saw it; use a Redis Cluster, or each shard as a master of its own", i)
@@ -139,7 +149,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{})}
+	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{}), finished: make(chan struct{})}
 	for i, m := range masters {
 		if _, ok := m.(*redis.ClusterClient); ok {
 			c.sharded = true
@@ -154,13 +164,17 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 // [ErrClosed]. Running [Client.Do] calls and [Lock.KeepAlive] watchdogs see
 // their work context cancelled with a cause matching ErrClosed; Close waits
 // for each Do's fn to return and its lock to be released, then for the
-// requests still in flight to finish or time out, and returns when every
-// goroutine of the client has ended. It never closes the masters' clients.
-// Close is idempotent.
+// requests still in flight to finish or time out (a master that does not
+// answer holds it for its client's ReadTimeout at most), and returns when
+// every goroutine of the client has ended. It never closes the masters'
+// clients. Close is idempotent; a Close called while another runs returns
+// when that one does. Calling Close from a Do's fn deadlocks: Close waits
+// for that Do.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed.Swap(true) {
 		c.mu.Unlock()
+		<-c.finished
 		return nil
 	}
 	close(c.closing)
@@ -170,6 +184,7 @@ func (c *Client) Close() error {
 		n.close()
 	}
 	c.wg.Wait()
+	close(c.finished)
 	return nil
 }
 
@@ -195,7 +210,7 @@ func (c *Client) Close() error {
 func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
-		return nil, err
+		return nil, c.closedObtain(err)
 	}
 	oc, err := obtainOptions(opts, forObtain)
 	if err != nil {
@@ -206,12 +221,37 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 
 // obtain is Obtain after validation.
 func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (*Lock, error) {
+	if c.cfg.obs == nil {
+		lock, _, _, err := c.obtainLoop(ctx, key, ttl, oc)
+		if lock != nil {
+			lock.holdAtLeast = oc.holdAtLeast
+		}
+		return lock, err
+	}
+	start := time.Now()
+	lock, n, nodes, err := c.obtainLoop(ctx, key, ttl, oc)
+	if lock != nil {
+		lock.holdAtLeast = oc.holdAtLeast
+	}
+	e := &ObtainEvent{Key: key, Attempts: n, Wait: time.Since(start), Outcome: outcome(ctx, err, Obtained), Masters: nodes, Err: err}
+	if lock != nil {
+		e.Fence = lock.fence
+	} else {
+		e.Masters = nodesOf(err)
+	}
+	c.observe(ctx, e)
+	return lock, err
+}
+
+// obtainLoop makes the attempts; it returns the lock, how many attempts it
+// made, and, with an Observer, the winning attempt's answers.
+func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (_ *Lock, n int, _ []NodeError, _ error) {
 	var timer *time.Timer
 	var last error
-	for n := 1; ; n++ {
-		lock, err := c.attempt(ctx, key, ttl)
+	for n = 1; ; n++ {
+		lock, nodes, err := c.attempt(ctx, key, ttl)
 		if err == nil {
-			return lock, nil
+			return lock, n, nodes, nil
 		}
 		if cause := ended(ctx); cause != nil || c.closed.Load() {
 			if last != nil && !errors.Is(err, ErrTaken) {
@@ -220,18 +260,24 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 				err = last
 			}
 			if cause != nil {
-				return nil, wrapCause(err, cause)
+				return nil, n, nil, wrapCause(err, cause)
 			}
-			return nil, wrapCause(err, ErrClosed)
+			return nil, n, nil, wrapCause(err, ErrClosed)
 		}
 		last = err
 		wait, ok := oc.retry.NextWait(n, err)
 		if !ok {
-			return nil, err
+			return nil, n, nil, err
 		}
 		if d, has := ctx.Deadline(); has && time.Until(d) < wait {
-			// The next attempt could not start before the deadline.
-			return nil, wrapCause(err, context.DeadlineExceeded)
+			// The next attempt could not start before the deadline: the
+			// wait ends with the context, whose cause is known only then.
+			select {
+			case <-ctx.Done():
+				return nil, n, nil, wrapCause(err, context.Cause(ctx))
+			case <-c.closing:
+				return nil, n, nil, wrapCause(err, ErrClosed)
+			}
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -241,9 +287,9 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 		}
 		select {
 		case <-ctx.Done():
-			return nil, wrapCause(err, context.Cause(ctx))
+			return nil, n, nil, wrapCause(err, context.Cause(ctx))
 		case <-c.closing:
-			return nil, wrapCause(err, ErrClosed)
+			return nil, n, nil, wrapCause(err, ErrClosed)
 		case <-timer.C:
 		}
 	}
@@ -256,9 +302,23 @@ func ended(ctx context.Context) error {
 		return context.Cause(ctx)
 	}
 	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
+		<-ctx.Done() // its own timer fires now; its cause may be the caller's
+		return context.Cause(ctx)
 	}
 	return nil
+}
+
+// closedObtain turns ErrClosed, for an Obtain or a Do, into a failed
+// Obtain: the masters are not reachable through a closed Client
+// (ErrUnavailable), and the error matches ErrClosed.
+func (c *Client) closedObtain(err error) error {
+	if err != ErrClosed {
+		return err
+	}
+	rd := c.round()
+	defer rd.done()
+	rd.expire(ErrClosed)
+	return c.quorumError("obtain", rd, ErrNotObtained)
 }
 
 // wrapCause adds to err why the wait for the lock ended, unless err
@@ -306,12 +366,12 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 }
 
 // attempt makes one try at the lock.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, []NodeError, error) {
 	if ctx.Err() != nil {
 		rd := c.round()
 		defer rd.done()
 		rd.expire(context.Cause(ctx))
-		return nil, c.quorumError("obtain", rd, ErrNotObtained)
+		return nil, nil, c.quorumError("obtain", rd, ErrNotObtained)
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
@@ -331,7 +391,11 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 		valid := ttl - c.cfg.drift(ttl)
 		if time.Since(start) < valid { // one monotonic clock reading, where time.Now takes two
 			l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
-			return l, nil
+			var nodes []NodeError
+			if c.cfg.obs != nil {
+				nodes = slices.Clone(rd.nodes)
+			}
+			return l, nodes, nil
 		}
 		lapsed = true
 	}
@@ -343,7 +407,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 			}
 		}
 	}
-	return nil, c.quorumError("obtain", rd, ErrNotObtained)
+	return nil, nil, c.quorumError("obtain", rd, ErrNotObtained)
 }
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)
@@ -372,7 +436,7 @@ type boxedTTL struct {
 // background.
 func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.Duration) {
 	o := acquire.with(opRelease, nil, 0)
-	o.deadline = time.Now().Add(timeout)
+	o.deadline, o.vals = time.Now().Add(timeout), ctx
 	wait := c.round()
 	defer wait.done()
 	n := 0
@@ -389,6 +453,18 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
 }
 
+// boundedReads reports whether rdb's socket reads time out. go-redis keeps
+// ReadTimeout 0 for "-1, no timeout" and -1 for "-2, no deadline at all".
+func boundedReads(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout > 0
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout > 0
+	}
+	return true
+}
+
 // serverOf names the server behind a standalone client, by address and
 // database, for telling duplicate masters apart; "" when it cannot tell (a
 // Sentinel or Cluster client).
@@ -401,7 +477,15 @@ func serverOf(rdb redis.UniversalClient) string {
 	if o.Addr == "" || o.Addr == "FailoverClient" {
 		return ""
 	}
-	return fmt.Sprintf("%s %s db %d", o.Network, o.Addr, o.DB)
+	addr := o.Addr
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		// The loopback's names are one server; other aliases (DNS names,
+		// several addresses of one host) New cannot see without asking.
+		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+			addr = net.JoinHostPort("loopback", port)
+		}
+	}
+	return fmt.Sprintf("%s %s db %d", o.Network, addr, o.DB)
 }
 
 // newToken returns 128 random bits from crypto/rand, URL-safe base64.

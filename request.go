@@ -18,7 +18,7 @@ const (
 	opAcquireFenced               // acquireFencedScript
 	opRaise                       // raiseScript
 	opExtend                      // extendScript, or extendFencedScript with a counter
-	opRelease                     // releaseScript
+	opRelease                     // releaseScript, or keepScript with a TTL
 )
 
 // An op is what a round asks of every master. Its arguments are boxed once
@@ -30,7 +30,15 @@ type op struct {
 	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
 	deadline         time.Time
 	done             <-chan struct{} // the caller's context; a request it ends before sending is dropped
-	inline           bool            // may run on the caller's goroutine: the caller waits for it and has no context to honour
+	// vals is the caller's context, for its values only (a span for a
+	// go-redis hook); it lives as long as the request.
+	vals   context.Context
+	inline bool // may run on the caller's goroutine: the caller waits for it and has no context to honour
+	// again marks a request that may have run already (sent a second time
+	// after the master closed its connection, or a Release tried again
+	// after one that got no answer): it goes in a form safe to run twice,
+	// and a Release that finds no key counts as done (see build, result).
+	again bool
 }
 
 // newOp boxes a lock's key, counter key and token, for an op of kind that
@@ -85,11 +93,19 @@ func (r *request) build(eval, fresh bool) {
 	a := r.argv[:0]
 	switch r.kind {
 	case opAcquire:
+		if r.again { // our own key from the first run holds the lock
+			s, a = &acquireAgainScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
+			break
+		}
 		a = append(a, "set", r.key, r.token, "nx", "px", r.ttl)
 		r.cmd = r.command(a, fresh)
 		return
 	case opAcquireFenced:
-		s, a = &acquireFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
+		s = &acquireFencedScript
+		if r.again {
+			s = &acquireFencedAgainScript
+		}
+		a = append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
 	case opRaise:
 		s, a = &raiseScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.fence)
 	case opExtend:
@@ -99,7 +115,11 @@ func (r *request) build(eval, fresh bool) {
 			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy)
 		}
 	default:
-		s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
+		if r.ttl != nil { // kept for the rest of a minimum hold
+			s, a = &keepScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
+		} else {
+			s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
+		}
 	}
 	if eval {
 		a[0], a[1] = "eval", s.srcArg
@@ -131,11 +151,31 @@ func (r *request) command(a []any, fresh bool) *redis.Cmd {
 	return c
 }
 
+// forget drops r's commands, which a failed go-redis call may still hold:
+// they must not be reused for another request.
+func (r *request) forget() {
+	r.cmd = nil
+	clear(r.cmds[:])
+}
+
+// commandsAlias reports whether a go-redis command keeps the argument
+// slice it was made with, rather than a copy: the reuse of commands
+// (request.command) refills that slice for each request, and needs it. A
+// go-redis that copied would send stale arguments; the nodes then make a
+// fresh command for every request instead.
+func commandsAlias() bool {
+	a := []any{"get", "a"}
+	c := redis.NewCmd(context.Background(), a...)
+	a[1] = "b"
+	args := c.Args()
+	return len(args) == 2 && args[1] == "b"
+}
+
 // result reads the master's answer to r: the counter for a fenced acquire,
 // and nil, ErrTaken, errAbsent or the failure.
 func (r *request) result() (int64, error) {
 	err := r.cmd.Err()
-	if r.kind == opAcquire {
+	if r.kind == opAcquire && !r.again {
 		if err == redis.Nil {
 			return 0, ErrTaken
 		}
@@ -153,6 +193,8 @@ func (r *request) result() (int64, error) {
 		return v, nil
 	case v == 0:
 		return 0, ErrTaken
+	case r.again && r.kind == opRelease:
+		return 0, nil // the key is gone: the first run of this Release, or its TTL, took it
 	default:
 		return 0, errAbsent
 	}

@@ -43,6 +43,8 @@ func NoRetry() RetryStrategy { return noRetry{} }
 
 type noRetry struct{}
 
+var oneAttempt RetryStrategy = noRetry{} // boxed once
+
 func (noRetry) NextWait(int, error) (time.Duration, bool) { return 0, false }
 
 // LinearBackoff retries after about d each time: every wait is drawn

@@ -80,12 +80,18 @@ func (c *Client) send(i int, o *op, rd *round) {
 func (c *Client) fanout(ctx context.Context, o op, deadline time.Time, timeout time.Duration) *round {
 	rd := c.round()
 	o.deadline = capDeadline(ctx, deadline)
-	o.done = ctx.Done()
-	o.inline = o.done == nil
+	if o.kind != opRelease { // a Release goes out even when the caller gives up
+		o.done = ctx.Done()
+	}
+	o.inline = ctx.Done() == nil
+	o.vals = ctx
 	for i := range c.nodes {
 		c.send(i, &o, rd)
 	}
 	c.collect(ctx, rd, len(c.nodes), o.deadline, timeout, true)
+	if c.cfg.obs != nil {
+		c.health(ctx, rd)
+	}
 	return rd
 }
 
@@ -129,7 +135,8 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 			case r = <-rd.replies:
 			case <-t.C:
 				if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
-					rd.expire(context.DeadlineExceeded) // the caller's deadline
+					<-ctx.Done() // the caller's deadline: its own timer fires now
+					rd.expire(context.Cause(ctx))
 				} else {
 					rd.expire(fmt.Errorf("timed out after %v: %w", timeout, context.DeadlineExceeded))
 				}
@@ -138,6 +145,9 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 				rd.expire(context.Cause(ctx))
 				return
 			}
+		}
+		if r.err == errSkipped { // dropped because ctx ended: say why
+			r.err = fmt.Errorf("%w (%w)", errNoReply, context.Cause(ctx))
 		}
 		rd.nodes[r.idx].Err = r.err
 		rd.vals[r.idx] = r.val

@@ -46,10 +46,10 @@ func proxied(t *testing.T, servers []*redistest.Server, bounded bool) ([]redis.U
 
 // TestFailedExtendNeverLengthensValidity: a stranger's key lingers on master
 // 2, so A's quorum is masters 0 and 1. A shortens its lock to 300ms while
-// master 1 is frozen: the Extend reaches master 0 only and fails, and master
-// 0 now holds the key for 300ms. A's validity must shrink to that, so that
-// when the stranger's key expires and B takes masters 0 and 2, A no longer
-// believes it holds the lock.
+// master 1 is frozen: the Extend reaches master 0 only and fails. A's
+// validity must shrink to what a successful Extend would have left it (a
+// master never shortens a key, but A may not count on more than it asked
+// for), and whenever B obtains the lock, A no longer believes it holds it.
 func TestFailedExtendNeverLengthensValidity(t *testing.T) {
 	ctx := context.Background()
 	servers, clients, a := cluster(t, 3, redlock.WithNodeTimeout(100*time.Millisecond))
@@ -69,18 +69,23 @@ func TestFailedExtendNeverLengthensValidity(t *testing.T) {
 		t.Fatalf("Extend reaching one of three masters: %v, want a failure that is not ErrLockLost", err)
 	}
 	if v, most := lock.Validity(), short-time.Since(start); v > most {
-		t.Fatalf("validity %v after a failed Extend(%v), want at most %v (what master 0 now holds)", v, short, most)
+		t.Fatalf("validity %v after a failed Extend(%v), want at most %v", v, short, most)
 	}
-	// B takes masters 0 and 2 once master 0's key and the stranger's expire.
-	var bl *redlock.Lock
-	for bl == nil {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("B never obtained the lock")
+	if pttl := clients[0].PTTL(ctx, "k").Val(); pttl < 5*time.Second {
+		t.Fatalf("master 0's key was cut to %v: a master never shortens a key", pttl)
+	}
+	for time.Since(start) < 1500*time.Millisecond {
+		if bl, err := b.Obtain(ctx, "k", 10*time.Second); err == nil {
+			if v := lock.Validity(); v > 0 {
+				t.Fatalf("B holds the lock while A's validity is still %v", v)
+			}
+			_ = bl.Release(ctx)
+			return
 		}
-		bl, _ = b.Obtain(ctx, "k", 10*time.Second)
+		time.Sleep(10 * time.Millisecond)
 	}
-	if v := lock.Validity(); v > 0 {
-		t.Fatalf("B holds the lock while A's validity is still %v", v)
+	if lock.Validity() > 0 {
+		t.Fatal("A's validity outlived the shorter TTL it asked for")
 	}
 }
 
@@ -425,4 +430,34 @@ func TestRenewIntervalMustLeaveTimeToRenew(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestWrongPasswordNeverGrants: when go-redis cannot set a connection up
+// for a reason the server gave (WRONGPASS), it leaves a pipeline's commands
+// without an error; read as replies, they granted the lock. Every master
+// refusing the password must mean no lock.
+func TestWrongPasswordNeverGrants(t *testing.T) {
+	servers := redistest.Start(t, 3, redistest.Options{Args: []string{"--user", "alice", "on", ">s3cret", "~*", "&*", "+@all"}})
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		c := s.Client(func(o *redis.Options) { o.Username, o.Password = "alice", "wrong" })
+		defer c.Close()
+		clients[i] = c
+	}
+	for _, n := range []int{1, 3} {
+		c, err := redlock.New(clients[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			l, err := c.Obtain(context.Background(), "k", time.Minute)
+			if err == nil {
+				t.Fatalf("N=%d: obtained a lock (token %s) on masters that refuse the password", n, l.Token())
+			}
+			if !errors.Is(err, redlock.ErrUnavailable) {
+				t.Fatalf("N=%d: %v, want ErrUnavailable", n, err)
+			}
+		}
+		c.Close()
+	}
 }

@@ -8,7 +8,7 @@ package redlock
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
-var scripts = [...]*script{&releaseScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript}
+var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript, &acquireAgainScript, &acquireFencedAgainScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it, each also
 // boxed once as a command argument, so that building a command allocates
@@ -37,16 +37,45 @@ return 0
 `,
 	"12bbe2660b1ddffae4cd5513562a030b74e9c337")
 
-// extendScript resets the lock's TTL if we still own it, and re-takes the key
-// where it has vanished (a restart or an eviction), so the quorum does not
-// erode, but only until the re-take deadline by the master's clock: a
-// request that arrives later (delayed on the network, or queued behind a
-// frozen master) finds the caller gone, and the lock's validity maybe over
-// and the key held and released by another owner since, so it must not
-// revive the lock. The deadline is the client's wall clock: the guard
-// assumes the two clocks agree to within the validity; when they do not,
-// re-takes are refused early (or late), and the client, which never counts
-// a reply that came after its deadline, is not misled either way.
+// keepScript is the Release of a lock held at least for a while
+// (WithHoldAtLeast) that is released early: if we still own it, its key
+// stays for what remains of that while, then expires, instead of being
+// deleted.
+//
+//	KEYS[1]  lock key
+//	ARGV[1]  owner token
+//	ARGV[2]  the rest of the minimum hold, in milliseconds
+//	returns  1 kept, 0 held by another owner, -1 key absent
+var keepScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+if v == false then
+	return -1
+end
+return 0
+`,
+	"dc50fe3b1878f211f0561a0a9ffa037104d2ef97")
+
+// extendScript makes the lock's key on this master last at least TTL more
+// if we still own it, and re-takes the key where it has vanished (a restart
+// or an eviction), so the quorum does not erode.
+//
+// It never shortens a key (PEXPIRE ... GT): an Extend with a shorter TTL
+// shortens only the validity its holder counts on, and a straggling Extend
+// (delayed on the network, left on a connection the client gave up) cannot
+// cut a lock a later Extend renewed. A key held longer than its holder
+// counts on costs others only a longer wait.
+//
+// The re-take is refused past the re-take deadline, by the master's clock:
+// the lock's validity end, or the request's own deadline if sooner. A
+// request that arrives later finds its caller gone, and the lock maybe
+// lapsed and held and released by another owner since: it must not revive
+// it. The deadline is the client's wall clock, so the guard assumes the two
+// clocks agree within the validity; when they do not, re-takes are refused
+// early or late, and the client, which never counts a reply that came after
+// its deadline, is not misled either way.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
@@ -56,7 +85,7 @@ return 0
 //	         -1 absent and past the re-take deadline
 var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
 if v == false then
@@ -69,7 +98,7 @@ if v == false then
 end
 return 0
 `,
-	"a2e192f2e82381715cf385c628528b8a906720cc")
+	"adc66aa7ad3f81ddefc6629017a70f5c836c8ebf")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -119,7 +148,7 @@ return 1
 //	         -1 absent and past the re-take deadline
 var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
 if v == false then
@@ -135,7 +164,7 @@ if v == false then
 end
 return 0
 `,
-	"0ddc0623f87d9e95bc42378671727d6315178a94")
+	"eacf8c64b14d6aad2b05e5c75879b46f08c50854")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
 // not lower than the highest fence the resource has seen. Fences are
@@ -177,3 +206,43 @@ local f = redis.call('GET', KEYS[2])
 return {v or '', t, f or ''}
 `,
 	"acf7bb8f3516eaf59cba22e53619746764ed5eb7")
+
+// acquireAgainScript is the acquire sent a second time after the master
+// closed the connection of the first: the first may have run, and its key
+// holds the lock.
+//
+//	KEYS[1]  lock key
+//	ARGV[1]  owner token
+//	ARGV[2]  TTL in milliseconds
+//	returns  1 taken (now or by the first run), 0 held by another owner
+var acquireAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	return 1
+end
+if v then
+	return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`,
+	"b644e531f669c4bf4cfc2170431f2b8e9980d031")
+
+// acquireFencedAgainScript is acquireFencedScript sent a second time: when
+// the first run took the lock, the counter it raised is the fence.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  fence counter
+//	ARGV[1]  owner token
+//	ARGV[2]  TTL in milliseconds
+//	returns  the fence (> 0) when taken, 0 when held by another owner
+var acquireFencedAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+if v then
+	return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return redis.call('INCR', KEYS[2])
+`,
+	"d32de811abdaa137bf95adb193be8f994fbfccde")

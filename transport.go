@@ -3,11 +3,10 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,87 +17,153 @@ import (
 // master. Its rules, each with the test that fails when it breaks:
 //
 //   - On a standalone master (a *redis.Client: plain or Sentinel), the lane
-//     keeps a connection of its own, so a batch pays no pool checkout, and
-//     knows its client ID on the server. (TestTransportKnowsItsConnection)
+//     keeps a connection of its own while it is in use, so a batch pays no
+//     pool checkout, and knows its client ID and address on the server: a
+//     CLIENT INFO round trip when it takes one. (TestTransportKnowsItsConnection)
 //   - Order holds across connections: a connection given up with requests
 //     whose fate is unknown (a timeout, a network error, a panic) may still
 //     deliver them to the master later, and a later request of the same key
-//     sent on a fresh connection could overtake them (a Release undone by an
-//     Extend's late re-take). So the fresh connection's first command, in
-//     the same pipeline as the batch, is CLIENT KILL ID of the old one: once
-//     the master has run it, nothing of the old connection runs any more.
-//     (TestReleaseIsNotUndoneByStraggler) Masters whose ACL denies CLIENT
-//     KILL, and Cluster masters (a pool of connections per shard), do without
-//     it; an Extend's re-take is then still refused once its deadline has
-//     passed (extendScript).
-//   - A batch that found its connection closed by the master (a restart, an
-//     idle timeout) is sent once more on a fresh one: the master never read
-//     what it could not answer on a closed connection. (TestExtendRetakesVanishedKey)
+//     on a fresh connection could overtake them (a Release undone by an
+//     Extend's late re-take, an acquire that lands after its undo). So the
+//     fresh connection's first commands, in the same pipeline as its first
+//     batch, kill the old one (CLIENT KILL ID ... ADDR ..., both filters, so
+//     that a restarted master's new client with a reused ID is spared):
+//     once the master has run it, nothing of the old connection runs any
+//     more. Until then the old connection stays out of the client's pool,
+//     so that the application never gets a connection the lane will kill.
+//     (TestReleaseIsNotUndoneByStraggler, TestBarrierKillsNoStranger,
+//     TestBarrierKillsNoStrangerAfterARefusal)
+//   - Where that barrier is not available (an ACL that denies CLIENT KILL
+//     or CLIENT INFO, a Redis before 6.2, a Cluster master), a straggler can
+//     still land after a later request: an Extend never shortens a key
+//     (extendScript), so it cannot cut a renewed lock, and its re-take is
+//     refused past its deadline by the master's clock; a straggling acquire
+//     or re-take that lands after a Release keeps the key until its TTL.
+//     (TestShorterStragglerCannotShortenAHeldLock)
+//   - A batch whose connection the master closed (a restart, a kill) is sent
+//     once more on a fresh one, after the barrier, as requests that are
+//     safe to run twice: an acquire that finds its own token holds the
+//     lock, a Release that finds no key released it. (TestExtendRetakesVanishedKey,
+//     TestRetryAfterResetDoesNotMisreportObtain)
+//   - A Release that could not reach the master (a timeout, a stalled lane,
+//     no connection) is kept and sent again after the barrier, when the
+//     master answers again, and when the Client closes: a straggling acquire
+//     that lands after a stall must not keep a released lock's key for a
+//     whole TTL. (TestReleasedLockLeavesNoKeyAfterAStall, TestCloseSendsKeptReleases)
 //   - Scripts are lost whole (a restart, SCRIPT FLUSH), so every script is
 //     loaded before the first script request, in the batch's own pipeline,
 //     and a NOSCRIPT batch is rerun in order. (TestScriptsLoadedBeforeFirstUse,
 //     TestScriptCacheFlushed)
+//   - A pipeline that failed leaves no command without an error: go-redis
+//     does when it could not set the connection up for a reason the server
+//     gave (WRONGPASS). (TestWrongPasswordNeverGrants)
 //   - Commands are reused and alias their request's arguments; go-redis is
-//     done with a command when Process or Exec returns. (request.command)
+//     done with a command when Process or Exec returns, and a batch that
+//     panicked gives its commands up. (request.command,
+//     TestPanickedBatchIsNotResent)
 
-// connTurn is how long a lane keeps its connection before it puts it back in
-// the client's pool and takes one again. On a RESP3 connection go-redis
-// peeks at the socket for push notifications before every command (a
-// recvfrom syscall and three allocations) unless the connection was put back
-// in its pool less than 5 seconds ago; a connection never put back paid that
-// on every batch. Pushes still arrive: go-redis handles those that come with
-// a batch's replies. A turn costs two CLIENT ID round trips (see take), so
-// only a connection in steady use turns; a lane used now and then keeps its
-// connection and pays the peek.
+// connTurn is how long a lane keeps its connection in steady use before it
+// puts it back in the client's pool and takes one again. On a RESP3
+// connection go-redis peeks at the socket for push notifications before
+// every command (a recvfrom syscall and three allocations) unless the
+// connection was put back in its pool less than 5 seconds ago; a connection
+// never put back paid that on every batch. Pushes still arrive: go-redis
+// handles those that come with a batch's replies.
 const connTurn = 2 * time.Second
 
+// connIdle is how long a lane keeps its connection without using it before
+// it gives it back to the client's pool: a master restarted meanwhile left
+// it dead, and the pool's health check replaces it. A lane gives its
+// connection back at once when the pool has no idle one left: the
+// application may be waiting for it. Taking one costs a CLIENT INFO round
+// trip, so a lock taken now and then, every connIdle or less, pays none.
+const connIdle = time.Second
+
+// tickEvery is how often a lane that holds a connection, or kept Releases,
+// looks at them while it has nothing else to do; tickBudget bounds what a
+// tick sends.
+const (
+	tickEvery  = 50 * time.Millisecond
+	tickBudget = 200 * time.Millisecond
+)
+
+// maxPending bounds the Releases a lane keeps for a master that does not
+// answer; beyond it, the keys expire with their TTL.
+const maxPending = 4096
+
 type redisTransport struct {
-	rdb    redis.UniversalClient
-	std    *redis.Client // rdb when it is standalone, else nil (no connection of our own)
-	fresh  bool          // every request needs a new command (a sharded client; see request.command)
-	loaded *atomic.Bool  // every script is in the master's cache, as far as we know (the node's)
-	takes  *sync.Mutex   // the node's: one lane takes a connection at a time (see take)
-	ctx    deadlineCtx   // the running batch's deadline
+	rdb   redis.UniversalClient
+	std   *redis.Client // rdb when it is standalone, else nil (no connection of our own)
+	fresh bool          // every request needs a new command (a sharded client; see request.command)
+	node  *node         // the node's shared state: scripts loaded, the dial turn, the barrier's permission
+	ctx   deadlineCtx   // the running batch's deadline
 
 	conn *redis.Conn // the lane's own connection (std only)
 	pipe redis.Pipeliner
 	id   int64     // conn's client ID on the master; 0 when unknown
+	addr string    // conn's address as the master sees it
 	took time.Time // when conn was taken from the pool
 	used time.Time // when conn last carried a batch
 
-	kill     []int64 // client IDs of connections given up with requests of unknown fate
-	noKill   bool    // the master's ACL denies CLIENT KILL
-	cmds     []redis.Cmder
-	barriers []*redis.Cmd
+	kill    []victim // connections given up with requests of unknown fate
+	pending []op     // Releases to send again, after the barrier
+	cmds    []redis.Cmder
+	extra   []*redis.Cmd // this batch's barrier and pending commands
 }
 
-// deadlineCtx carries a deadline for go-redis's socket timeouts without a
-// timer: nothing ever cancels it.
+// A victim is a connection to kill before the next batch; it stays out of
+// the client's pool until then.
+type victim struct {
+	id   int64
+	addr string
+	conn *redis.Conn
+}
+
+// deadlineCtx is the context a batch runs on: a deadline for go-redis's
+// socket timeouts without a timer (nothing ever cancels it), and, for a
+// batch of one caller's request, that caller's values, so that a go-redis
+// hook sees the caller's span as its parent. A batch of several callers'
+// requests carries none: a pipeline hook sees one context for the batch.
 type deadlineCtx struct {
-	context.Context
-	at time.Time
+	at   time.Time
+	vals context.Context // nil, or the one caller's context
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
+func (c *deadlineCtx) Done() <-chan struct{}       { return nil }
+func (c *deadlineCtx) Err() error                  { return nil }
+func (c *deadlineCtx) Value(key any) any {
+	if c.vals == nil {
+		return nil
+	}
+	return c.vals.Value(key)
+}
 
 func (t *redisTransport) exec(batch []*request, now time.Time) {
 	var at time.Time
 	scripts := false
 	for _, r := range batch {
-		r.build(false, t.fresh)
 		at = later(at, r.deadline)
 		scripts = scripts || r.kind != opAcquire
 	}
-	t.ctx = deadlineCtx{context.Background(), at}
+	t.ctx = deadlineCtx{at: at}
+	if len(batch) == 1 {
+		t.ctx.vals = batch[0].vals
+	}
 	ctx := &t.ctx // a pointer: no allocation to make it a context.Context
-	t.send(ctx, batch, scripts && !t.loaded.Load(), now)
-	if t.std != nil && time.Now().Before(at) {
-		if again := closedConn(batch); len(again) > 0 {
-			for _, r := range again {
-				r.build(false, t.fresh)
-			}
-			t.send(ctx, again, scripts && !t.loaded.Load(), now)
+	for _, r := range batch {
+		r.build(false, t.fresh)
+	}
+	t.send(ctx, batch, scripts && !t.node.loaded.Load(), now)
+	if again := t.closedConn(batch); len(again) > 0 && time.Now().Before(at) {
+		// The master closed the connection: it may have run some of
+		// these, so they go again as requests safe to run twice, on a
+		// fresh connection, after the barrier.
+		for _, r := range again {
+			r.again = true
+			r.build(false, t.fresh)
 		}
+		t.send(ctx, again, !t.node.loaded.Load(), time.Now())
 	}
 	retry := 0
 	for i, r := range batch {
@@ -112,7 +177,7 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		// requests that failed are all the batch's script requests, and
 		// rerunning them in order keeps the order of one lock's requests
 		// (an Extend never runs after the Release that followed it).
-		t.loaded.Store(false)
+		t.node.loaded.Store(false)
 		for _, r := range batch[:retry] {
 			r.build(false, t.fresh)
 		}
@@ -127,180 +192,354 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 	for _, r := range batch {
 		r.val, r.err = r.result()
 	}
+	t.keep(batch)
 }
 
 // closedConn returns the requests of batch that failed because the master
-// had closed the connection before reading them.
-func closedConn(batch []*request) []*request {
+// closed their connection (only where the barrier can make sure the old
+// connection runs nothing more).
+func (t *redisTransport) closedConn(batch []*request) []*request {
+	if t.std == nil || len(t.kill) == 0 {
+		return nil
+	}
 	var again []*request
 	for _, r := range batch {
-		if err := r.cmd.Err(); err != nil && !isReply(err) && connClosed(err) {
+		if err := r.cmd.Err(); err != nil && !isReply(err) && !r.again &&
+			(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 			again = append(again, r)
 		}
 	}
 	return again
 }
 
-// connClosed reports whether err says the peer had closed the connection.
-func connClosed(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+// keep holds on to the Releases of batch that got no answer, to send them
+// again after the barrier.
+func (t *redisTransport) keep(batch []*request) {
+	for _, r := range batch {
+		if r.kind == opRelease && r.err != nil && !isReply(r.err) && r.err != ErrTaken && r.err != errAbsent {
+			t.keepOp(r.op)
+		}
+	}
+}
+
+// keepOp keeps a Release to send again.
+func (t *redisTransport) keepOp(o op) {
+	if len(t.pending) >= maxPending {
+		return // the key expires with its TTL
+	}
+	o.done, o.inline, o.vals = nil, false, nil
+	t.pending = append(t.pending, o)
+}
+
+// tick is the lane's idle work: give back a connection left unused, or
+// one the application may be waiting for, and send the kept Releases
+// (bounded by tickBudget). It reports whether it wants another tick.
+func (t *redisTransport) tick(now time.Time) bool {
+	if t.std == nil {
+		t.sendPendingShared(now)
+		return len(t.pending) > 0
+	}
+	if t.conn != nil && (now.Sub(t.used) >= connIdle || t.poolDry()) {
+		t.giveBack()
+	}
+	if len(t.pending) > 0 || len(t.kill) > 0 {
+		t.ctx = deadlineCtx{at: now.Add(tickBudget)}
+		t.send(&t.ctx, nil, false, now)
+	}
+	return t.conn != nil || len(t.pending) > 0 || len(t.kill) > 0
+}
+
+// poolDry reports whether the client's pool has no idle connection left
+// while it is full: someone may be waiting for the one the lane holds.
+func (t *redisTransport) poolDry() bool {
+	s := t.std.PoolStats()
+	return s.IdleConns == 0 && int(s.TotalConns) >= t.std.Options().PoolSize
+}
+
+// barrier reports whether a connection given up now would be killed before
+// the next batch.
+func (t *redisTransport) barrier() bool {
+	return t.std != nil && t.node.killAllowed() && t.id != 0
 }
 
 // send sends batch as one pipeline and reads the replies into the requests'
 // commands. With load set, it first loads every script, in the same
 // pipeline where it can.
 func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, now time.Time) {
-	if len(batch) == 0 {
-		return
-	}
 	if t.std == nil {
-		t.sendShared(ctx, batch, load)
+		if len(batch) > 0 {
+			t.sendShared(ctx, batch, load)
+		}
 		return
 	}
-	if t.conn != nil && now.Sub(t.took) > connTurn && now.Sub(t.used) < connTurn {
-		t.conn.Close() // back to the client's pool
-		t.conn, t.pipe = nil, nil
+	if t.conn != nil && (now.Sub(t.took) > connTurn || now.Sub(t.used) >= connIdle) {
+		t.giveBack()
 	}
-	t.used = now
 	if t.conn == nil {
-		if err := t.take(ctx, now); err != nil {
+		if err := t.take(ctx); err != nil {
 			for _, r := range batch {
 				r.cmd.SetErr(err)
 			}
 			return
 		}
 	}
-	var loads [len(scripts)]*redis.Cmd
-	t.barriers = t.barriers[:0]
-	for _, id := range t.kill {
-		c := redis.NewCmd(ctx, "client", "kill", "id", id)
-		t.barriers = append(t.barriers, c)
-		t.cmds = append(t.cmds, c)
+	t.used = now
+	t.extra = t.extra[:0]
+	for _, v := range t.kill {
+		t.addExtra(redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr))
 	}
+	nkill := len(t.extra)
+	for i := range t.pending {
+		r := request{op: t.pending[i]}
+		r.build(true, true) // EVAL: the master may have lost its scripts since
+		t.addExtra(r.cmd)
+	}
+	var loads [len(scripts)]*redis.Cmd
 	if load {
 		for i, s := range scripts {
 			loads[i] = redis.NewCmd(ctx, "script", "load", s.srcArg)
 			t.cmds = append(t.cmds, loads[i])
 		}
 	}
-	if len(t.cmds) == 0 && len(batch) == 1 {
+	switch {
+	case len(t.cmds) == 0 && len(batch) == 1:
 		_ = t.conn.Process(ctx, batch[0].cmd) // one command: Process spares the pipeline's slice
-	} else {
+	case len(t.cmds)+len(batch) > 0:
 		for _, r := range batch {
 			t.cmds = append(t.cmds, r.cmd)
 		}
 		_ = t.pipe.BatchProcess(ctx, t.cmds...)
-		_, _ = t.pipe.Exec(ctx)
+		_, err := t.pipe.Exec(ctx)
+		stamp(t.cmds, err)
 		clear(t.cmds)
 		t.cmds = t.cmds[:0]
 	}
-	t.settle(load, loads[:])
+	broken := t.settle(load, loads[:], nkill)
 	for _, r := range batch {
 		if err := r.cmd.Err(); err != nil && !isReply(err) {
-			// A network error or a timeout: the connection may still carry
-			// requests the master will run later. Give it up, and have the
-			// next connection kill it first.
-			t.drop()
-			return
+			broken = true
 		}
+	}
+	if broken {
+		// A network error or a timeout: the connection may still carry
+		// requests the master will run later. Give it up, and have the
+		// next connection kill it first.
+		t.drop()
 	}
 }
 
-// take takes a connection from the client's pool and learns its client ID.
-// The lanes of a node take theirs one at a time: go-redis v9.23 races with
-// itself when connections of one client dial at once through Conn (a
-// handshake that falls back writes the client's shared options under a lock
-// of its own).
-func (t *redisTransport) take(ctx context.Context, now time.Time) error {
-	t.takes.Lock()
-	defer t.takes.Unlock()
-	var c *redis.Conn
-	ok := false
-	defer func() {
-		if !ok && c != nil {
-			c.Close()
-		}
-	}()
-	var id int64
-	var err error
-	// Twice: a connection the pool has just dialed was never put back in
-	// it, and go-redis then peeks for push notifications on every command
-	// (see connTurn) until it is; putting it back once stamps it.
-	for range 2 {
-		if c != nil {
-			c.Close()
-		}
-		c = t.std.Conn()
-		id, err = c.ClientID(ctx).Result()
-		if err != nil && !isReply(err) {
-			return fmt.Errorf("redlock: no connection to the master: %w", unprefixed{err})
-		}
+func (t *redisTransport) addExtra(c *redis.Cmd) {
+	t.extra = append(t.extra, c)
+	t.cmds = append(t.cmds, c)
+}
+
+// take takes a connection from the client's pool and learns its client ID
+// and address (and, once per master, whether CLIENT KILL is allowed), in
+// one round trip. A connection the pool has just dialed was never put back
+// in it, so go-redis would peek for pushes on its every command: it is put
+// back once, and taken again.
+func (t *redisTransport) take(ctx context.Context) error {
+	held, err := t.node.dialTurn(ctx)
+	if err != nil {
+		return err
 	}
-	// An ACL that denies CLIENT ID leaves the ID unknown: such a
-	// connection, once given up, cannot be killed.
-	ok = true
-	t.conn, t.pipe, t.id, t.took = c, c.Pipeline(), id, now
+	if held {
+		defer t.node.dialDone()
+	}
+	misses := t.std.PoolStats().Misses
+	c := t.std.Conn()
+	id, addr, err := t.identify(ctx, c)
+	if err == nil && t.std.PoolStats().Misses != misses {
+		c.Close() // dialed: back to the pool once, stamped, and out again
+		c = t.std.Conn()
+		id, addr, err = t.identify(ctx, c)
+	}
+	if err != nil {
+		c.Close()
+		return err
+	}
+	t.node.dialed.Store(true)
+	t.conn, t.pipe, t.took, t.id, t.addr = c, c.Pipeline(), time.Now(), id, addr
 	return nil
 }
 
-// settle reads the barriers' and the script loads' replies.
-func (t *redisTransport) settle(load bool, loads []*redis.Cmd) {
-	if len(t.barriers) > 0 {
+// identify asks c's client ID and address, and whether CLIENT KILL is
+// allowed if nobody asked yet. An error is a failure to get an answer; an
+// ACL or a Redis that denies the question leaves the ID 0.
+func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, string, error) {
+	info := redis.NewCmd(ctx, "client", "info") // not ClientInfoCmd: a name with '=' fails its parser
+	var probe *redis.Cmd
+	if t.node.killKnown.Load() == 0 {
+		probe = redis.NewCmd(ctx, "client", "kill", "id", int64(math.MaxInt64), "addr", "0.0.0.0:0")
+	}
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_ = p.Process(ctx, info)
+		if probe != nil {
+			_ = p.Process(ctx, probe)
+		}
+		return nil
+	})
+	stamp([]redis.Cmder{info}, err)
+	if err := info.Err(); err != nil && !isReply(err) {
+		return 0, "", err
+	}
+	if probe != nil {
+		switch err := probe.Err(); {
+		case err == nil:
+			t.node.killKnown.Store(1)
+		case refusedCommand(err): // an ACL, or a Redis without the filter
+			t.node.killKnown.Store(2)
+		}
+	}
+	if info.Err() != nil {
+		return 0, "", nil // denied, or an older Redis: no barrier on this connection
+	}
+	s, _ := info.Val().(string)
+	id, addr := clientIdentity(s)
+	return id, addr, nil
+}
+
+// refusedCommand reports whether err says the command itself is not
+// allowed or not known: NOPERM, or an unknown subcommand or option. Other
+// error replies (BUSY, LOADING) say nothing of it.
+func refusedCommand(err error) bool {
+	if !isReply(err) {
+		return false
+	}
+	s := err.Error()
+	return strings.HasPrefix(s, "NOPERM") || strings.Contains(s, "nknown subcommand") || strings.Contains(s, "syntax error") || strings.Contains(s, "nknown command")
+}
+
+// clientIdentity reads the ID and the address of a CLIENT INFO line; 0 and
+// "" for what it lacks.
+func clientIdentity(info string) (id int64, addr string) {
+	for _, f := range strings.Fields(info) {
+		if v, ok := strings.CutPrefix(f, "id="); ok {
+			id, _ = strconv.ParseInt(v, 10, 64)
+		} else if v, ok := strings.CutPrefix(f, "addr="); ok {
+			addr = v
+		}
+	}
+	if addr == "" {
+		id = 0
+	}
+	return id, addr
+}
+
+// settle reads the replies of the commands that went with the batch: the
+// barrier, the kept Releases, the script loads. It reports whether one of
+// them failed without an answer (the connection is then broken).
+func (t *redisTransport) settle(load bool, loads []*redis.Cmd, nkill int) (broken bool) {
+	if nkill > 0 {
 		resolved := true
-		for _, c := range t.barriers {
+		for _, c := range t.extra[:nkill] {
 			switch err := c.Err(); {
-			case err == nil || strings.Contains(err.Error(), "No such client"):
-			case isReply(err) && strings.HasPrefix(err.Error(), "NOPERM"):
-				t.noKill = true
+			case err == nil, refusedCommand(err):
+				// killed, or gone already; or not allowed after all
 			default:
-				resolved = false // not run (a network error): the next connection tries again
+				resolved, broken = false, true // not run: the next connection tries again
 			}
 		}
-		if resolved || t.noKill {
+		if resolved {
+			for _, v := range t.kill {
+				v.conn.Close() // dead now: the pool's health check discards it
+			}
+			clear(t.kill)
 			t.kill = t.kill[:0]
 		}
-		clear(t.barriers)
 	}
+	if len(t.extra) > nkill {
+		// The kept Releases went out after the barrier; keep those that
+		// did not get an answer.
+		sent := t.pending
+		t.pending = nil
+		for i, c := range t.extra[nkill:] {
+			if err := c.Err(); err != nil && !isReply(err) {
+				t.keepOp(sent[i])
+				broken = true
+			}
+		}
+	}
+	clear(t.extra)
+	t.extra = t.extra[:0]
 	if load {
 		ok := true
 		for _, c := range loads {
 			ok = ok && c.Err() == nil
 		}
-		t.loaded.Store(ok)
+		t.node.loaded.Store(ok)
 	}
+	return broken
 }
 
-// drop gives up the lane's connection, to be killed by the next one.
+// drop gives up the lane's connection. With the barrier, it stays out of
+// the client's pool until the next connection has killed it; without, it
+// goes back (go-redis discards it if it saw it fail).
 func (t *redisTransport) drop() {
 	if t.conn == nil {
 		return
 	}
-	if t.id != 0 && !t.noKill {
-		t.kill = append(t.kill, t.id)
+	if t.barrier() {
+		t.kill = append(t.kill, victim{t.id, t.addr, t.conn})
+	} else {
+		t.conn.Close()
 	}
+	t.conn, t.pipe, t.id = nil, nil, 0
+}
+
+// giveBack puts the lane's connection back in the client's pool.
+func (t *redisTransport) giveBack() {
 	t.conn.Close()
 	t.conn, t.pipe, t.id = nil, nil, 0
 }
 
-// sendShared sends batch through the client's own pipeline: a Cluster or a
-// Ring picks a pooled connection per shard.
+// sendShared sends batch through the client's own pipeline: a Cluster
+// picks a pooled connection per shard (no barrier is possible across
+// them). Its context is cancelled at the deadline, so that go-redis's
+// redirect backoff ends there too.
 func (t *redisTransport) sendShared(ctx context.Context, batch []*request, load bool) {
+	at, _ := ctx.Deadline()
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), at)
+	defer cancel()
 	if load {
-		t.loadScripts(ctx) // a Cluster: SCRIPT LOAD goes to every shard
+		t.loadScripts(cctx) // a Cluster: SCRIPT LOAD goes to every shard
 	}
 	if len(batch) == 1 {
-		_ = t.rdb.Process(ctx, batch[0].cmd)
+		_ = t.rdb.Process(cctx, batch[0].cmd)
 		return
 	}
 	pipe := t.rdb.Pipeline()
 	for _, r := range batch {
 		t.cmds = append(t.cmds, r.cmd)
 	}
-	_ = pipe.BatchProcess(ctx, t.cmds...)
+	_ = pipe.BatchProcess(cctx, t.cmds...)
+	_, err := pipe.Exec(cctx)
+	stamp(t.cmds, err)
 	clear(t.cmds)
 	t.cmds = t.cmds[:0]
-	_, _ = pipe.Exec(ctx)
+}
+
+// sendPendingShared sends the kept Releases of a Cluster master through its
+// pooled connections (no barrier: they may still run before a straggler),
+// and keeps those that get no answer.
+func (t *redisTransport) sendPendingShared(now time.Time) {
+	if len(t.pending) == 0 {
+		return
+	}
+	sent := t.pending
+	t.pending = nil
+	reqs := make([]*request, len(sent))
+	for i := range sent {
+		reqs[i] = &request{op: sent[i]}
+		reqs[i].build(true, true) // EVAL: the master may have lost its scripts since
+	}
+	t.ctx = deadlineCtx{at: now.Add(tickBudget)}
+	t.sendShared(&t.ctx, reqs, false)
+	for i, r := range reqs {
+		if err := r.cmd.Err(); err != nil && !isReply(err) {
+			t.keepOp(sent[i])
+		}
+	}
 }
 
 // loadScripts loads every script on the master (on every shard of a
@@ -314,16 +553,61 @@ func (t *redisTransport) loadScripts(ctx context.Context) {
 			return
 		}
 	}
-	t.loaded.Store(true)
+	t.node.loaded.Store(true)
 }
 
-func (t *redisTransport) reset() { t.drop() }
+// reset drops the connection after a batch panicked: its state is
+// unknown, and so is what the commands of the batch still hold.
+func (t *redisTransport) reset([]*request) {
+	clear(t.cmds)
+	t.cmds = t.cmds[:0]
+	clear(t.extra)
+	t.extra = t.extra[:0]
+	t.drop()
+}
 
+// close sends the kept Releases one last time, within tickBudget, and
+// gives back everything the transport holds.
 func (t *redisTransport) close() {
-	if t.conn != nil {
-		t.conn.Close()
-		t.conn, t.pipe = nil, nil
+	if t.std == nil {
+		t.sendPendingShared(time.Now())
+		return
 	}
+	if len(t.pending) > 0 || len(t.kill) > 0 {
+		now := time.Now()
+		t.ctx = deadlineCtx{at: now.Add(tickBudget)}
+		t.send(&t.ctx, nil, false, now)
+	}
+	if t.conn != nil {
+		t.giveBack()
+	}
+	for _, v := range t.kill {
+		v.conn.Close()
+	}
+	t.kill = nil
+}
+
+// stamp gives err, a pipeline's failure, to its commands that got no reply.
+// go-redis leaves them without an error when the connection could not be
+// set up for a reason the server gave (a wrong password: WRONGPASS), and a
+// command with neither a reply nor an error would read as success.
+func stamp(cmds []redis.Cmder, err error) {
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if c.Err() == nil && !replied(c) {
+			c.SetErr(err)
+		}
+	}
+}
+
+// replied reports whether c holds a reply.
+func replied(c redis.Cmder) bool {
+	if c, ok := c.(*redis.Cmd); ok {
+		return c.Val() != nil
+	}
+	return true
 }
 
 // isReply reports whether err is the master's answer (an error reply, or

@@ -39,7 +39,7 @@ import (
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) error {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
-		return err
+		return c.closedObtain(err)
 	}
 	if fn == nil {
 		return invalid("nil fn")
@@ -52,7 +52,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		return err
 	}
 	if !c.enter() {
-		return ErrClosed
+		return c.closedObtain(ErrClosed)
 	}
 	defer c.dos.Done()
 	lock, err := c.obtain(ctx, key, ttl, oc)
@@ -105,8 +105,9 @@ func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, fn fu
 	defer func() {
 		p := recover()
 		stop()
-		// Release even when ctx is done; it is bounded by the node timeout.
-		rerr := l.release(context.WithoutCancel(ctx))
+		// The Release goes out even when ctx is done, and is waited for
+		// no longer than ctx.
+		rerr := l.release(ctx)
 		if cause := context.Cause(wctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
 			err = join(err, cause)
 		} else if errors.Is(rerr, ErrLockLost) {
@@ -180,6 +181,9 @@ type watchdog struct {
 	ttl     time.Duration
 	every   time.Duration
 	maxHold time.Duration
+	margin  time.Duration // a renewal's time before the validity ends
+	renewed time.Time     // the last good renewal, or the Obtain
+	changed chan struct{} // the lock's validity changed
 	lost    context.CancelCauseFunc
 	base    context.Context // cancelled by stop: aborts a renewal in flight
 	abort   context.CancelFunc
@@ -190,11 +194,19 @@ type watchdog struct {
 // not nil, runs when its goroutine ends.
 func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig, exit func()) (context.Context, func()) {
 	wctx, lost := context.WithCancelCause(ctx)
-	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, lost: lost, done: make(chan struct{})}
+	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, lost: lost, done: make(chan struct{}), renewed: l.obtained}
 	if w.every == 0 {
 		w.every = ttl / 3
 	}
-	w.base, w.abort = context.WithCancel(context.Background())
+	w.margin = renewMargin(ttl, &l.c.cfg)
+	ch := make(chan struct{}, 1)
+	if !l.changed.CompareAndSwap(nil, &ch) {
+		ch = *l.changed.Load() // another watchdog's: both follow it
+	}
+	w.changed = ch
+	// Renewals carry the work's context values (a span), not its
+	// cancellation: stop alone aborts one in flight.
+	w.base, w.abort = context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		if exit != nil {
 			defer exit()
@@ -209,11 +221,14 @@ func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig
 }
 
 // run renews until stop is called, the work context ends, or the lock can
-// no longer be trusted.
+// no longer be trusted. It never sleeps past the point where a renewal
+// could still complete before the validity ends, follows a validity that
+// the caller's own Extend shortened, and tells the work at the validity's
+// end whatever else holds the lock.
 func (w *watchdog) run(workDone <-chan struct{}) {
 	defer close(w.done)
 	l, c := w.l, w.l.c
-	t := time.NewTimer(w.next(w.every))
+	t := time.NewTimer(w.wait(w.next(w.every)))
 	defer t.Stop()
 	var capped <-chan time.Time
 	if w.maxHold > 0 {
@@ -232,38 +247,60 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			w.lost(fmt.Errorf("%w: Close called while the lock was held", ErrClosed))
 			return
 		case <-capped:
-			w.lost(fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
+			w.lose(MaxHold, fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
 			return
+		case <-w.changed:
+			// The validity changed under us: renew in time for the new one.
+			t.Reset(w.wait(w.next(w.every)))
+			continue
 		case <-t.C:
-		}
-		if l.released.Load() {
-			w.lost(errReleased)
-			return
-		}
-		v := l.Validity()
-		if v == 0 {
-			w.lost(ranOut(last))
-			return
 		}
 		if !l.mu.TryLock() {
 			// An Extend or a Release of the caller's holds the lock: look
 			// again soon, and at the validity's end at the latest, so the
 			// work is told on time whatever that call does.
+			if l.releasing.Load() {
+				w.lost(errReleased)
+				return
+			}
+			v := l.Validity()
+			if v == 0 {
+				w.lose(RanOut, ranOut(last))
+				return
+			}
 			t.Reset(min(w.every/4+time.Millisecond, v))
 			continue
+		}
+		// Decided under l.mu: a Release cannot be half done.
+		if l.releasing.Load() {
+			l.mu.Unlock()
+			w.lost(errReleased)
+			return
+		}
+		v := l.Validity()
+		if v == 0 {
+			l.mu.Unlock()
+			w.lose(RanOut, ranOut(last))
+			return
 		}
 		// The renewal may not outlast the validity: if it hangs, the work
 		// is told at the validity's end, not when the renewal gives up.
 		rctx, cancel := context.WithTimeout(w.base, v)
-		err := l.extendLocked(rctx, w.ttl)
+		l.renewing.Store(&cancel)
+		err := l.extendLocked(rctx, w.ttl, true)
+		l.renewing.Store(nil)
 		l.mu.Unlock()
 		cancel()
+		select { // our own Extend's signal: no news
+		case <-w.changed:
+		default:
+		}
 		switch {
 		case err == nil:
-			last = nil
-			t.Reset(w.next(w.every))
+			last, w.renewed = nil, time.Now()
+			t.Reset(w.wait(w.next(w.every)))
 		case errors.Is(err, ErrLockLost):
-			w.lost(err)
+			w.lose(Refused, err)
 			return
 		default:
 			// Masters did not answer: retry sooner, and wake at the
@@ -272,6 +309,21 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			t.Reset(min(w.every/4+time.Millisecond, l.Validity()))
 		}
 	}
+}
+
+// wait caps d so that the renewal then still has its margin (a node
+// timeout, a third of the validity at most) before the validity ends.
+func (w *watchdog) wait(d time.Duration) time.Duration {
+	return max(0, min(d, w.l.Validity()-w.margin))
+}
+
+// lose cancels the work of a lock lost with cause, and tells the Observer.
+func (w *watchdog) lose(why LostReason, cause error) {
+	if c := w.l.c; c.cfg.obs != nil {
+		now := time.Now()
+		c.observe(w.base, &LostEvent{Key: w.l.key, Reason: why, Cause: cause, Held: now.Sub(w.l.obtained), SinceRenewal: now.Sub(w.renewed)})
+	}
+	w.lost(cause)
 }
 
 // errReleased is the cause of a watchdog's context when the caller released

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock"
@@ -12,17 +13,22 @@ import (
 // one-master variant (NewSingle). Both use their defaults: one attempt, the
 // default node timeout and drift factor.
 type redlockContender struct {
-	single bool
-	c      *redlock.Client
-	ttl    time.Duration
+	single   bool
+	observed bool // with an Observer that counts the events
+	c        *redlock.Client
+	ttl      time.Duration
 }
 
 func (c *redlockContender) Setup(t target) error {
+	var opts []redlock.Option
+	if c.observed {
+		opts = append(opts, redlock.WithObserver(&counting{}))
+	}
 	var err error
 	if c.single {
-		c.c, err = redlock.NewSingle(t.Clients[0])
+		c.c, err = redlock.NewSingle(t.Clients[0], opts...)
 	} else {
-		c.c, err = redlock.New(t.Clients)
+		c.c, err = redlock.New(t.Clients, opts...)
 	}
 	c.ttl = t.TTL
 	return err
@@ -71,4 +77,36 @@ func (w *redlockWorker) Unlock(ctx context.Context) error {
 	err := w.l.Release(ctx)
 	w.l = nil
 	return err
+}
+
+// counting is an Observer as cheap as a real one can be: it counts events
+// by kind and outcome, the way a metrics exporter's counters would.
+type counting struct {
+	obtains, releases, others [8]atomic.Int64
+}
+
+func (o *counting) Observe(_ context.Context, e redlock.Event) {
+	switch e := e.(type) {
+	case *redlock.ObtainEvent:
+		o.obtains[outcomeIndex(e.Outcome)].Add(1)
+	case *redlock.ReleaseEvent:
+		o.releases[outcomeIndex(e.Outcome)].Add(1)
+	default:
+		o.others[0].Add(1)
+	}
+}
+
+func outcomeIndex(o redlock.Outcome) int {
+	switch o {
+	case redlock.Obtained, redlock.Released:
+		return 0
+	case redlock.Taken:
+		return 1
+	case redlock.Unavailable:
+		return 2
+	case redlock.Lost:
+		return 3
+	default:
+		return 4
+	}
 }

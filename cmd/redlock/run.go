@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -40,7 +41,11 @@ with COMMAND's status (128+S when signal S killed it).
 
 COMMAND gets REDLOCK_KEY, REDLOCK_TOKEN and, with --fencing only,
 REDLOCK_FENCE in its environment, and no REDLOCK_MASTERS or
-REDLOCK_PASSWORD.`
+REDLOCK_PASSWORD.
+
+With --verbose, redlock logs the lock's life on stderr, one line per
+event (key=value): the obtain and its attempts, every renewal, the
+release, a lost lock, a master that stops or starts answering.`
 
 // defaultGrace is --grace when not given: a third of the TTL, which
 // renewals every ttl/3 keep the validity well above, and at most 10s.
@@ -56,6 +61,7 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	wait := fset.Duration("wait", 0, "how long to keep trying to obtain the lock (retries about every wait/10, 50ms to 1s, jittered); 0: one attempt")
 	grace := fset.Duration("grace", 0, "the job gets SIGTERM once the lock's remaining validity is down to this, and SIGKILL this long after; at most ttl/2 (default ttl/3, at most 10s)")
 	fencing := fset.Bool("fencing", false, "give the lock a fencing token, passed to the job as $REDLOCK_FENCE")
+	verbose := fset.Bool("verbose", false, "log the lock's life on stderr: obtain, every renewal, release, a lost lock, masters that stop or start answering")
 	if code, ok := parse(fset, args, runSynopsis, stdout, stderr); !ok {
 		return code
 	}
@@ -96,6 +102,10 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	}
 	if *fencing {
 		lopts = append(lopts, redlock.WithFencing())
+	}
+	if *verbose {
+		h := slog.NewTextHandler(escaping{stderr}, &slog.HandlerOptions{Level: slog.LevelDebug})
+		lopts = append(lopts, redlock.WithObserver(redlock.SlogObserver(slog.New(h))))
 	}
 	// Catch the signals before anything else: one that arrives while
 	// redlock connects or waits for the lock ends that at once, one that

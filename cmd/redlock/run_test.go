@@ -553,3 +553,21 @@ func TestJobToldWhileTheLockIsStillValid(t *testing.T) {
 		t.Errorf("next holder: exit %d; stderr:\n%s", code, stderr)
 	}
 }
+
+// TestVerbose: --verbose logs the lock's life on stderr, and no password.
+func TestVerbose(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, 1, redistest.Options{Args: []string{"--user", "alice", "on", ">s3cret", "~*", "&*", "+@all"}})[0]
+	code, _, stderr := runRedlock(t, nil, "run", "--masters", "redis://alice:s3cret@"+s.Addr(), "--key", "verbose", "--verbose", "--", "true")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{`msg="redlock: obtain" key=verbose outcome=obtained`, `msg="redlock: release" key=verbose outcome=released`} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "s3cret") {
+		t.Errorf("stderr shows the password:\n%s", stderr)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"unicode"
@@ -36,6 +37,18 @@ func quoteToken(s string) string {
 // escapeControl escapes what is not printable in a message meant for one
 // line (control characters, tabs, newlines, invalid UTF-8) with Go's
 // escapes, and leaves the rest as it is.
+// escaping writes what it is given with control characters escaped, line
+// by line: a master's answer in a log line cannot drive the terminal.
+type escaping struct{ w io.Writer }
+
+func (e escaping) Write(p []byte) (int, error) {
+	s := strings.TrimSuffix(string(p), "\n")
+	if _, err := io.WriteString(e.w, escapeControl(s)+"\n"); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
 func escapeControl(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); {

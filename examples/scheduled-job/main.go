@@ -185,26 +185,24 @@ func (d *demo) tick(ctx context.Context, r, i int, begin time.Time) error {
 	// uses, the hold must stay between the worst skew and the period.
 	key := "job:report:" + d.slots[i].minute.Format("2006-01-02T15:04")
 
+	// Do releases the lock when the job returns. Released then, the key
+	// would be free again while replicas whose clocks run late have yet to
+	// tick for this slot, and one of them would run it a second time. So
+	// the lock is held at least until the slot ends, as ShedLock's
+	// lockAtLeastFor does: the release leaves the key in place until then.
+	// The skew must stay below the slot.
+	opts := []redlock.ObtainOption{}
+	if d.cfg.hold {
+		opts = append(opts, redlock.WithHoldAtLeast(time.Until(end)))
+	}
 	// No retry (the default): waiting for the lock would only run the job
 	// again once the winner is done.
 	err := d.locks.Do(ctx, key, d.cfg.ttl, func(ctx context.Context) error {
 		d.mu.Lock()
 		d.slots[i].runs = append(d.slots[i].runs, jobRun{replica: r, late: time.Since(begin)})
 		d.mu.Unlock()
-		if err := sleep(ctx, d.cfg.work); err != nil { // the job itself
-			return err
-		}
-		if !d.cfg.hold {
-			return nil
-		}
-		// Do releases the lock when this func returns. Released now, the
-		// key would be free again while replicas whose clocks run late
-		// have yet to tick for this slot, and one of them would run it a
-		// second time. So keep the lock until the slot ends, as ShedLock's
-		// lockAtLeastFor does; the skew must stay below the slot. (Do's
-		// watchdog renews the lock meanwhile; ctx ends if it is lost.)
-		return sleep(ctx, time.Until(end))
-	})
+		return sleep(ctx, d.cfg.work) // the job itself
+	}, opts...)
 	if errors.Is(err, redlock.ErrUnavailable) {
 		// Too few masters answered: nobody may be running this slot. Say
 		// so loudly; here the next tick comes anyway.

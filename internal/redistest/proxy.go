@@ -153,6 +153,9 @@ func (p *Proxy) DelayOpen(up, down time.Duration) {
 // they are delivered: a connection replaced mid-stream whose requests still
 // arrive. It returns how many connections it cut.
 func (p *Proxy) CutOpen() int {
+	// Let the up pumps read what the clients have sent so far: a reset
+	// throws away what the proxy's socket holds unread.
+	time.Sleep(20 * time.Millisecond)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for l := range p.conns {

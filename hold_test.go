@@ -1,0 +1,75 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock"
+)
+
+// TestHoldAtLeast: a lock released before its minimum hold keeps its key
+// for the rest of it, so a replica whose timer fires late does not run the
+// job again; after the hold, it is free. A lock released after its hold is
+// deleted at once.
+func TestHoldAtLeast(t *testing.T) {
+	ctx := context.Background()
+	_, clients, c := cluster(t, 3)
+	other := newClient(t, clients)
+	const hold = 600 * time.Millisecond
+	start := time.Now()
+	err := c.Do(ctx, "job:slot-1", 10*time.Second, func(context.Context) error { return nil }, redlock.WithHoldAtLeast(hold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Obtain(ctx, "job:slot-1", time.Minute); !errors.Is(err, redlock.ErrTaken) {
+		t.Fatalf("a late replica right after the run: %v, want ErrTaken (the hold)", err)
+	}
+	for i, rdb := range clients {
+		if pttl := rdb.PTTL(ctx, "job:slot-1").Val(); pttl <= 0 || pttl > hold {
+			t.Fatalf("master %d: the key's TTL %v after the release, want the rest of the %v hold", i, pttl, hold)
+		}
+	}
+	var l *redlock.Lock
+	for l == nil {
+		if time.Since(start) > 3*hold {
+			t.Fatal("the key outlived the hold")
+		}
+		l, _ = other.Obtain(ctx, "job:slot-1", time.Minute)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if since := time.Since(start); since < hold {
+		t.Fatalf("free again %v after the run started, before the %v hold", since, hold)
+	}
+	if err := l.Release(ctx); err != nil || !l.KeptUntil().IsZero() {
+		t.Fatalf("a lock without a hold: Release %v, kept until %v", err, l.KeptUntil())
+	}
+
+	// Obtain + Release with a hold, and KeptUntil.
+	l, err = c.Obtain(ctx, "job:slot-2", time.Minute, redlock.WithHoldAtLeast(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if until := time.Until(l.KeptUntil()); until <= 0 || until > time.Second {
+		t.Fatalf("KeptUntil in %v, want within the 1s hold", until)
+	}
+	// A hold already over: Release deletes.
+	l, err = c.Obtain(ctx, "job:slot-3", time.Minute, redlock.WithHoldAtLeast(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := l.Release(ctx); err != nil || !l.KeptUntil().IsZero() {
+		t.Fatalf("Release after the hold: %v, kept until %v", err, l.KeptUntil())
+	}
+	if vs := holdersOf(t, clients, "job:slot-3"); count(vs, "") != 3 {
+		t.Fatalf("masters hold %q after a release past the hold", vs)
+	}
+	if _, _, err := l.KeepAlive(ctx, redlock.WithHoldAtLeast(time.Second)); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("KeepAlive WithHoldAtLeast: %v, want ErrInvalidArgument", err)
+	}
+}

@@ -1,0 +1,180 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// An Observer hears about the life of every lock of a Client: each Obtain,
+// Extend and renewal, Release, lost lock, and each master that starts or
+// stops answering. Set one with [WithObserver]; without one the library
+// pays nothing for it. The package provides [SlogObserver]; the module
+// github.com/redlock-go/redlock/redlockotel provides OpenTelemetry metrics
+// and spans.
+//
+// Observe is called synchronously, on the goroutine of the call that the
+// event reports (the caller's, or a watchdog's), after the operation, with
+// the caller's context (its values: a span to be the parent). It must be
+// quick and must not block: a slow Observe slows the lock calls, and a
+// watchdog's renewals. A panic in Observe is recovered and the event
+// dropped. Events are values the Observer may keep.
+//
+// New kinds of events may be added: an Observer should ignore the ones it
+// does not know.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// An Event is one of [*ObtainEvent], [*ExtendEvent], [*ReleaseEvent],
+// [*LostEvent] and [*MasterEvent]; more may come.
+type Event interface{ event() }
+
+// An Outcome is how a lock operation ended, as a label for metrics.
+type Outcome string
+
+// Outcomes. An operation's error matches the sentinel of the same name.
+const (
+	Obtained    Outcome = "obtained"    // Obtain: the lock is held
+	Extended    Outcome = "extended"    // Extend or a renewal: a quorum confirmed
+	Released    Outcome = "released"    // Release: a quorum confirmed the delete
+	Taken       Outcome = "taken"       // Obtain: another owner holds it (ErrTaken)
+	Unavailable Outcome = "unavailable" // too few masters answered (ErrUnavailable)
+	Lost        Outcome = "lost"        // Extend, renewal or Release: the lock was no longer ours (ErrLockLost)
+	Cancelled   Outcome = "cancelled"   // the caller's context ended, or the Client closed, first
+)
+
+// A LostReason says why a watchdog gave a lock up, as a label for metrics.
+type LostReason string
+
+// Reasons for a lost lock.
+const (
+	Refused LostReason = "refused"  // a renewal was refused: another owner, or the key gone from too many masters
+	RanOut  LostReason = "ran_out"  // renewals failed (or none completed) until the validity ran out
+	MaxHold LostReason = "max_hold" // WithMaxHold ran out
+)
+
+// An ObtainEvent reports one Obtain, or the Obtain of a Do, with all its
+// attempts.
+type ObtainEvent struct {
+	Key      string        // as the caller named it
+	Attempts int           // attempts made, the first included
+	Wait     time.Duration // from the call until it returned
+	Outcome  Outcome       // Obtained, Taken, Unavailable or Cancelled
+	Fence    int64         // the lock's fence, with fencing
+	Masters  []NodeError   // the last attempt's answer of each master (Err nil: granted)
+	Err      error         // what Obtain returned
+}
+
+// An ExtendEvent reports one Extend of the caller's (Renewal false) or one
+// renewal by a watchdog.
+type ExtendEvent struct {
+	Key     string
+	Renewal bool
+	Latency time.Duration
+	Outcome Outcome       // Extended, Lost, Unavailable or Cancelled
+	Before  time.Duration // validity left when it started
+	After   time.Duration // validity left when it returned
+	Masters []NodeError
+	Err     error
+}
+
+// A ReleaseEvent reports one Release (also Do's).
+type ReleaseEvent struct {
+	Key     string
+	Held    time.Duration // since the lock was obtained
+	Latency time.Duration
+	Outcome Outcome // Released, Lost, Unavailable or Cancelled
+	Masters []NodeError
+	Err     error
+}
+
+// A LostEvent reports that a watchdog cancelled the work of a lock it
+// could no longer trust ([ErrLockLost]): a renewal was refused, renewals
+// failed until the validity ran out, or WithMaxHold ran out.
+type LostEvent struct {
+	Key          string
+	Reason       LostReason
+	Cause        error         // the work context's cause
+	Held         time.Duration // since the lock was obtained
+	SinceRenewal time.Duration // since the last good renewal (or the Obtain)
+}
+
+// A MasterEvent reports that a master stopped answering (Up false: a
+// request timed out or failed on the network, Err says how) or answers
+// again (Up true). A request cut short by its caller's context does not
+// count.
+type MasterEvent struct {
+	Addr string
+	Up   bool
+	Err  error
+}
+
+func (*ObtainEvent) event()  {}
+func (*ExtendEvent) event()  {}
+func (*ReleaseEvent) event() {}
+func (*LostEvent) event()    {}
+func (*MasterEvent) event()  {}
+
+type observer struct{ o Observer }
+
+func (o observer) apply(c *config) { c.obs, c.obsSet = o.o, true }
+
+// WithObserver sends every lock's events to o (see [Observer]). Default
+// none; nil is refused.
+func WithObserver(o Observer) Option { return observer{o} }
+
+// observe hands e to the Client's Observer, surviving its panics.
+func (c *Client) observe(ctx context.Context, e Event) {
+	defer func() { _ = recover() }()
+	c.cfg.obs.Observe(ctx, e)
+}
+
+// outcome names how an operation that returned err ended; ok is its
+// success outcome.
+func outcome(ctx context.Context, err error, ok Outcome) Outcome {
+	switch {
+	case err == nil:
+		return ok
+	case errors.Is(err, ErrLockLost):
+		return Lost
+	case errors.Is(err, ErrTaken):
+		return Taken
+	case ctx.Err() != nil || errors.Is(err, ErrClosed):
+		return Cancelled
+	default:
+		return Unavailable
+	}
+}
+
+// nodesOf returns the per-master answers an error carries.
+func nodesOf(err error) []NodeError {
+	var qe *QuorumError
+	if errors.As(err, &qe) {
+		return qe.Nodes
+	}
+	return nil
+}
+
+// health notes each master's answer in rd, and reports a master that
+// stops or starts answering. Only an observed Client keeps track.
+func (c *Client) health(ctx context.Context, rd *round) {
+	if ctx.Err() != nil {
+		return // the caller gave up: no master's fault
+	}
+	for i, n := range c.nodes {
+		err := rd.nodes[i].Err
+		switch {
+		case err == errNoReply || errors.Is(err, errSkipped):
+			// decided without it, or not asked: no news
+		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || isReply(err):
+			if n.down.CompareAndSwap(true, false) {
+				c.observe(ctx, &MasterEvent{Addr: n.addr, Up: true})
+			}
+		default:
+			if n.down.CompareAndSwap(false, true) {
+				c.observe(ctx, &MasterEvent{Addr: n.addr, Err: err})
+			}
+		}
+	}
+}

@@ -1,0 +1,440 @@
+// Package redlockotel records the life of redlock's locks as OpenTelemetry
+// metrics and spans: a [redlock.Observer] to set with [redlock.WithObserver].
+//
+//	obs, err := redlockotel.NewObserver() // the global MeterProvider and TracerProvider
+//	if err != nil { ... }
+//	locker, err := redlock.New(masters, redlock.WithObserver(obs))
+//
+// # Metrics
+//
+// Durations are in seconds ("s"), with explicit bucket boundaries suited to
+// lock waits (half a millisecond to a minute) and holds (5 ms to an hour);
+// a View of the SDK can change them. The attributes are redlock.outcome,
+// how the operation ended (a [redlock.Outcome]: obtained, extended,
+// released, taken, unavailable, lost, cancelled), redlock.renewal (true for
+// a watchdog's renewal, false for a caller's Extend) and redlock.master (a
+// master's address as its go-redis client knows it). No metric carries the
+// lock's key unless [WithKeyAttribute] asks for it: keys are unbounded (one
+// per user, per file), series must not be.
+//
+//   - redlock.obtain.duration (histogram, s; redlock.outcome): an Obtain's
+//     wait, from the call until it returned, every attempt included;
+//   - redlock.obtains (counter, {obtain}; redlock.outcome): Obtains, also Do's;
+//   - redlock.obtain.attempts (counter, {attempt}; redlock.outcome): the
+//     attempts they made; more attempts than obtains means contention;
+//   - redlock.extend.duration (histogram, s; redlock.outcome,
+//     redlock.renewal): an Extend's or a renewal's latency;
+//   - redlock.extend.validity_left (histogram, s; redlock.outcome,
+//     redlock.renewal): the validity left when it started;
+//   - redlock.extends (counter, {extend}; redlock.outcome, redlock.renewal);
+//   - redlock.hold.duration (histogram, s; redlock.outcome): how long a
+//     lock was held, from its Obtain until its Release;
+//   - redlock.releases (counter, {release}; redlock.outcome);
+//   - redlock.lost_locks (counter, {lock}): locks a watchdog declared lost
+//     while their work ran;
+//   - redlock.lost.since_renewal (histogram, s): how long after the last
+//     good renewal (or the Obtain) a lock was declared lost;
+//   - redlock.master.transitions (counter, {transition}; redlock.master,
+//     redlock.master.state: up or down): a master stopped answering, or
+//     answers again;
+//   - redlock.master.down (up-down counter, {master}; redlock.master): 1
+//     while the master does not answer, 0 once it answers again. A master
+//     has no series until it first stops answering; the count is per
+//     Client, so two Clients that both find a master down count 2.
+//
+// The counters count the same calls as the histograms beside them (a
+// Prometheus user gets both, as _total and _count), for dashboards that
+// read counters only.
+//
+// # Spans
+//
+// The library tells an Observer about an operation after it ended, with the
+// caller's context. Each span is made then, as a child of the span in that
+// context, with a start time of now minus the operation's duration, so that
+// it covers the operation: redlock.obtain (the wait), redlock.extend (a
+// caller's Extend), redlock.renewal (a watchdog's) and redlock.lost (from
+// the last good renewal, or the Obtain, until the work was told). A
+// redlock.release marks the moment a Release returned (the event has no
+// duration). A Do makes a redlock.obtain, its renewals, a redlock.lost if
+// the lock was lost while fn ran, and a redlock.release, all children of
+// the span in Do's context. Every span has redlock.key and redlock.outcome,
+// and the answers of the masters when the event has them (an Obtain's
+// always, an Extend's or a Release's when it failed): redlock.masters
+// (addresses), redlock.masters.answers (in the same order: "ok", or what
+// went wrong) and redlock.masters.agreed. A span of an operation that did
+// not succeed has status Error, the error as its description, and
+// error.type set to its outcome.
+//
+// # go-redis hooks
+//
+// The spans that a go-redis tracing hook (redisotel) makes for the
+// commands are not children of these spans, which did not exist yet while
+// the commands ran: they are their siblings, children of the caller's span.
+// The library hands a master's go-redis client the caller's context values
+// with a batch of commands that carries one caller's request alone. A batch
+// that carries several callers' requests (calls to one master at the same
+// moment share a pipeline, and so do renewals that fall due together)
+// carries none, and neither do the releases that clean up after a failed
+// Obtain attempt, a Release called with a context already done, and the
+// Releases that a master's lane sends again after a stall: their command
+// spans start traces of their own.
+package redlockotel
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redlock-go/redlock"
+)
+
+// ScopeName is the instrumentation scope of the meter and the tracer.
+const ScopeName = "github.com/redlock-go/redlock/redlockotel"
+
+// Attribute keys.
+const (
+	KeyOutcome     = attribute.Key("redlock.outcome")
+	KeyRenewal     = attribute.Key("redlock.renewal")
+	KeyMaster      = attribute.Key("redlock.master")
+	KeyMasterState = attribute.Key("redlock.master.state")
+	KeyLockKey     = attribute.Key("redlock.key")
+
+	// Span attributes only.
+	KeyAttempts      = attribute.Key("redlock.attempts")
+	KeyFence         = attribute.Key("redlock.fence")
+	KeyMasters       = attribute.Key("redlock.masters")         // each master's address
+	KeyAnswers       = attribute.Key("redlock.masters.answers") // each master's answer, in the order of redlock.masters
+	KeyAgreed        = attribute.Key("redlock.masters.agreed")  // how many answered yes
+	KeyValidityStart = attribute.Key("redlock.validity.before") // seconds of validity when an Extend started
+	KeyValidityEnd   = attribute.Key("redlock.validity.after")  // seconds of validity when it returned
+	KeyHeld          = attribute.Key("redlock.held")            // seconds since the Obtain
+	KeySinceRenewal  = attribute.Key("redlock.since_renewal")   // seconds since the last good renewal
+	KeyLostReason    = attribute.Key("redlock.lost.reason")     // refused, ran_out or max_hold
+	KeyErrorType     = attribute.Key("error.type")
+)
+
+// Bucket boundaries, in seconds.
+var (
+	// latencyBuckets suit waits for a lock and the round trips to masters:
+	// a local master answers in well under a millisecond, a wait with
+	// retries can last a minute.
+	latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	// holdBuckets suit how long locks are held: a cache rebuild, a job,
+	// a leader for an hour.
+	holdBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600}
+	// validityBuckets suit the validity left of a lock (a TTL of ms to
+	// minutes).
+	validityBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+)
+
+// An Option configures [NewObserver].
+type Option func(*config)
+
+type config struct {
+	mp      metric.MeterProvider
+	tp      trace.TracerProvider
+	withKey bool
+}
+
+// WithMeterProvider records the metrics with mp instead of the global
+// MeterProvider (otel.GetMeterProvider).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.mp = mp }
+}
+
+// WithTracerProvider records the spans with tp instead of the global
+// TracerProvider (otel.GetTracerProvider). A noop provider
+// (go.opentelemetry.io/otel/trace/noop) turns spans off.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithKeyAttribute puts the lock's key (redlock.key) on the metrics of
+// obtains, extends, releases and lost locks. Each key then makes series of
+// its own: use it only for a small, fixed set of keys. Spans always carry
+// the key.
+func WithKeyAttribute() Option {
+	return func(c *config) { c.withKey = true }
+}
+
+// An Observer records the events of redlock Clients as metrics and spans.
+// It is safe for concurrent use, and may serve several Clients.
+type Observer struct {
+	tracer  trace.Tracer
+	withKey bool
+
+	obtainDur      metric.Float64Histogram
+	obtains        metric.Int64Counter
+	attempts       metric.Int64Counter
+	extendDur      metric.Float64Histogram
+	validityLeft   metric.Float64Histogram
+	extends        metric.Int64Counter
+	holdDur        metric.Float64Histogram
+	releases       metric.Int64Counter
+	lost           metric.Int64Counter
+	lostSince      metric.Float64Histogram
+	masterTransits metric.Int64Counter
+	masterDown     metric.Int64UpDownCounter
+
+	sets map[setKey]measure // the attributes without a key; read-only
+}
+
+var _ redlock.Observer = (*Observer)(nil)
+
+// NewObserver returns an Observer that records with the global providers,
+// or those the options name. An error means an instrument could not be
+// created.
+func NewObserver(opts ...Option) (*Observer, error) {
+	var cfg config
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if cfg.mp == nil {
+		cfg.mp = otel.GetMeterProvider()
+	}
+	if cfg.tp == nil {
+		cfg.tp = otel.GetTracerProvider()
+	}
+	m := cfg.mp.Meter(ScopeName)
+	o := &Observer{tracer: cfg.tp.Tracer(ScopeName), withKey: cfg.withKey, sets: makeSets()}
+	var err error
+	hist := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, e := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		if e != nil && err == nil {
+			err = fmt.Errorf("redlockotel: %s: %w", name, e)
+		}
+		return h
+	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, e := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if e != nil && err == nil {
+			err = fmt.Errorf("redlockotel: %s: %w", name, e)
+		}
+		return c
+	}
+	o.obtainDur = hist("redlock.obtain.duration", "How long an Obtain waited, from the call until it returned, every attempt included.", latencyBuckets)
+	o.obtains = counter("redlock.obtains", "{obtain}", "Obtains, by outcome.")
+	o.attempts = counter("redlock.obtain.attempts", "{attempt}", "Attempts the Obtains made, the first included.")
+	o.extendDur = hist("redlock.extend.duration", "How long an Extend or a watchdog's renewal took.", latencyBuckets)
+	o.validityLeft = hist("redlock.extend.validity_left", "The lock's validity left when an Extend or a renewal started.", validityBuckets)
+	o.extends = counter("redlock.extends", "{extend}", "Extends and renewals, by outcome.")
+	o.holdDur = hist("redlock.hold.duration", "How long a lock was held, from its Obtain to its Release.", holdBuckets)
+	o.releases = counter("redlock.releases", "{release}", "Releases, by outcome.")
+	o.lost = counter("redlock.lost_locks", "{lock}", "Locks a watchdog declared lost while work ran.")
+	o.lostSince = hist("redlock.lost.since_renewal", "How long after the last good renewal (or the Obtain) a lock was declared lost.", validityBuckets)
+	o.masterTransits = counter("redlock.master.transitions", "{transition}", "Masters that stopped answering (down) or answer again (up).")
+	md, e := m.Int64UpDownCounter("redlock.master.down", metric.WithUnit("{master}"),
+		metric.WithDescription("1 while a master does not answer, 0 once it answers again (per Client)."))
+	if e != nil && err == nil {
+		err = fmt.Errorf("redlockotel: redlock.master.down: %w", e)
+	}
+	o.masterDown = md
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Observe records e. It ignores the events it does not know.
+func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
+	switch e := e.(type) {
+	case *redlock.ObtainEvent:
+		o.obtain(ctx, e)
+	case *redlock.ExtendEvent:
+		o.extend(ctx, e)
+	case *redlock.ReleaseEvent:
+		o.release(ctx, e)
+	case *redlock.LostEvent:
+		o.lose(ctx, e)
+	case *redlock.MasterEvent:
+		o.master(ctx, e)
+	}
+}
+
+// Each event's span is started first, so that the measurements are made in
+// its context: an exemplar then links a metric to the span.
+
+func (o *Observer) obtain(ctx context.Context, e *redlock.ObtainEvent) {
+	ctx, span := o.start(ctx, "redlock.obtain", e.Wait, e.Key, e.Outcome)
+	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
+	o.obtainDur.Record(ctx, e.Wait.Seconds(), attrs.rec...)
+	o.obtains.Add(ctx, 1, attrs.add...)
+	o.attempts.Add(ctx, int64(e.Attempts), attrs.add...)
+	if span.IsRecording() {
+		span.SetAttributes(KeyAttempts.Int(e.Attempts))
+		if e.Fence != 0 {
+			span.SetAttributes(KeyFence.Int64(e.Fence))
+		}
+	}
+	end(span, e.Outcome, redlock.Obtained, e.Masters, e.Err)
+}
+
+func (o *Observer) extend(ctx context.Context, e *redlock.ExtendEvent) {
+	r, name := renewalFalse, "redlock.extend"
+	if e.Renewal {
+		r, name = renewalTrue, "redlock.renewal"
+	}
+	ctx, span := o.start(ctx, name, e.Latency, e.Key, e.Outcome)
+	attrs := o.attrs(e.Key, e.Outcome, r)
+	o.extendDur.Record(ctx, e.Latency.Seconds(), attrs.rec...)
+	o.validityLeft.Record(ctx, e.Before.Seconds(), attrs.rec...)
+	o.extends.Add(ctx, 1, attrs.add...)
+	if span.IsRecording() {
+		span.SetAttributes(KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
+	}
+	end(span, e.Outcome, redlock.Extended, e.Masters, e.Err)
+}
+
+func (o *Observer) release(ctx context.Context, e *redlock.ReleaseEvent) {
+	ctx, span := o.start(ctx, "redlock.release", e.Latency, e.Key, e.Outcome)
+	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
+	o.holdDur.Record(ctx, e.Held.Seconds(), attrs.rec...)
+	o.releases.Add(ctx, 1, attrs.add...)
+	if span.IsRecording() {
+		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()))
+	}
+	end(span, e.Outcome, redlock.Released, e.Masters, e.Err)
+}
+
+func (o *Observer) lose(ctx context.Context, e *redlock.LostEvent) {
+	// The span covers the time from the last good renewal (or the
+	// Obtain) until the work was told.
+	ctx, span := o.start(ctx, "redlock.lost", e.SinceRenewal, e.Key, redlock.Lost)
+	kv := []attribute.KeyValue{KeyLostReason.String(string(e.Reason))}
+	if o.withKey {
+		kv = append(kv, KeyLockKey.String(e.Key))
+	}
+	attrs := measureOf(attribute.NewSet(kv...))
+	o.lost.Add(ctx, 1, attrs.add...)
+	o.lostSince.Record(ctx, e.SinceRenewal.Seconds(), attrs.rec...)
+	if span.IsRecording() {
+		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()), KeyLostReason.String(string(e.Reason)))
+	}
+	end(span, redlock.Lost, "", nil, e.Cause)
+}
+
+func (o *Observer) master(ctx context.Context, e *redlock.MasterEvent) {
+	state, delta := "down", int64(1)
+	if e.Up {
+		state, delta = "up", -1
+	}
+	o.masterTransits.Add(ctx, 1, metric.WithAttributes(KeyMaster.String(e.Addr), KeyMasterState.String(state)))
+	o.masterDown.Add(ctx, delta, metric.WithAttributes(KeyMaster.String(e.Addr)))
+}
+
+var internal = trace.WithSpanKind(trace.SpanKindInternal)
+
+// start starts a span named name that began d ago, as a child of the span
+// in ctx.
+func (o *Observer) start(ctx context.Context, name string, d time.Duration, key string, out redlock.Outcome) (context.Context, trace.Span) {
+	ctx, span := o.tracer.Start(ctx, name, trace.WithTimestamp(time.Now().Add(-d)), internal)
+	if span.IsRecording() {
+		span.SetAttributes(KeyLockKey.String(key), KeyOutcome.String(string(out)))
+	}
+	return ctx, span
+}
+
+// end sets the span's masters' answers and status, unless it records
+// nothing, and ends it. ok is the outcome of success.
+func end(span trace.Span, out, ok redlock.Outcome, masters []redlock.NodeError, err error) {
+	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
+	if len(masters) > 0 {
+		addrs := make([]string, len(masters))
+		answers := make([]string, len(masters))
+		agreed := 0
+		for i, n := range masters {
+			addrs[i] = n.Addr
+			if n.Err == nil {
+				answers[i] = "ok"
+				agreed++
+			} else {
+				answers[i] = strings.TrimPrefix(n.Err.Error(), "redlock: ")
+			}
+		}
+		span.SetAttributes(KeyMasters.StringSlice(addrs), KeyAnswers.StringSlice(answers), KeyAgreed.Int(agreed))
+	}
+	if out != ok {
+		span.SetAttributes(KeyErrorType.String(string(out)))
+		desc := string(out)
+		if err != nil {
+			desc = err.Error()
+		}
+		span.SetStatus(codes.Error, desc)
+	}
+}
+
+type renewalAttr uint8
+
+const (
+	renewalNone renewalAttr = iota // the event has no such attribute
+	renewalFalse
+	renewalTrue
+)
+
+// setKey names a set of metric attributes without the lock's key.
+type setKey struct {
+	out redlock.Outcome
+	r   renewalAttr
+}
+
+// A measure is a set of metric attributes, as the options Record and Add
+// take: made once, they cost no allocation per measurement.
+type measure struct {
+	rec []metric.RecordOption
+	add []metric.AddOption
+}
+
+func measureOf(set attribute.Set) measure {
+	o := metric.WithAttributeSet(set)
+	return measure{rec: []metric.RecordOption{o}, add: []metric.AddOption{o}}
+}
+
+var noAttrs = measureOf(*attribute.EmptySet())
+
+// outcomes are the outcomes whose attribute sets NewObserver makes once.
+var outcomes = []redlock.Outcome{redlock.Obtained, redlock.Extended, redlock.Released, redlock.Taken,
+	redlock.Unavailable, redlock.Lost, redlock.Cancelled}
+
+// makeSets makes the attribute sets without a key, once.
+func makeSets() map[setKey]measure {
+	sets := make(map[setKey]measure, 3*len(outcomes))
+	for _, out := range outcomes {
+		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
+			sets[setKey{out, r}] = measureOf(makeSet("", false, out, r))
+		}
+	}
+	return sets
+}
+
+// attrs returns the metric attributes of an event: its outcome, whether it
+// is a renewal (for r other than renewalNone), and its key if asked for.
+func (o *Observer) attrs(key string, out redlock.Outcome, r renewalAttr) measure {
+	if !o.withKey {
+		if v, ok := o.sets[setKey{out, r}]; ok {
+			return v
+		}
+	}
+	return measureOf(makeSet(key, o.withKey, out, r))
+}
+
+func makeSet(key string, withKey bool, out redlock.Outcome, r renewalAttr) attribute.Set {
+	kv := make([]attribute.KeyValue, 0, 3)
+	kv = append(kv, KeyOutcome.String(string(out)))
+	if r != renewalNone {
+		kv = append(kv, KeyRenewal.Bool(r == renewalTrue))
+	}
+	if withKey {
+		kv = append(kv, KeyLockKey.String(key))
+	}
+	return attribute.NewSet(kv...)
+}

@@ -1,0 +1,120 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+// TestBarrierKillsNoStranger: client IDs are a per-process counter, so
+// after a master restarts the ID of the lane's old connection names some
+// other client of the new process. The transport still sends CLIENT KILL ID
+// <old> as its barrier (transport.go drop and send), and kills whoever has
+// that ID now: another application's connection, a replica's link, a
+// monitoring tool, another process's lock lane mid-batch.
+func TestBarrierKillsNoStranger(t *testing.T) {
+	ctx := context.Background()
+	servers := redistest.Start(t, 1)
+	rdb := servers[0].Client(func(o *redis.Options) { o.PoolSize = 4 }) // one lane
+	defer rdb.Close()
+	c, err := New([]redis.UniversalClient{rdb}, WithNodeTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Obtain(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ln := c.nodes[0].laneOf(l.op.key)
+	ln.mu.Lock()
+	old := ln.t.(*redisTransport).id
+	ln.mu.Unlock()
+	if old == 0 {
+		t.Fatal("the lane does not know its connection's ID")
+	}
+
+	if err := servers[0].Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	// Another application connects to the restarted master; one of its
+	// connections gets the ID the lane's old connection had.
+	other := servers[0].Client(func(o *redis.Options) { o.PoolSize = 100 })
+	defer other.Close()
+	var victim *redis.Conn
+	for victim == nil {
+		cn := other.Conn()
+		defer cn.Close()
+		id, err := cn.ClientID(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case id == old:
+			victim = cn
+		case id > old:
+			t.Skipf("the restarted master's IDs passed %d already", old)
+		}
+	}
+
+	// The lock client's next request finds its connection closed and
+	// replaces it.
+	l, err = c.Obtain(ctx, "k2", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	if err := victim.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the other application's connection (ID %d on the restarted master) was killed by the lock client's barrier: %v", old, err)
+	}
+}
+
+// TestTakeWaitsNoLongerThanItsOwnDeadline: a single master's lanes take
+// their connections one at a time (transport.go take holds the node's
+// takes mutex across CLIENT ID, up to its batch's deadline). On a frozen
+// master, a request with a short node timeout waits behind another lane's
+// take for that other request's longer deadline; run inline (no context
+// Done channel, ContextTimeoutEnabled), the caller's Obtain returns long
+// after its own node timeout.
+func TestTakeWaitsNoLongerThanItsOwnDeadline(t *testing.T) {
+	ctx := context.Background()
+	servers := redistest.Start(t, 1)
+	rdb := servers[0].Client(func(o *redis.Options) {
+		o.ContextTimeoutEnabled = true
+		o.PoolSize = 16 // four lanes
+	})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewSingle(rdb) // node timeout ttl/10, at most 500ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := c.nodes[0]
+	long, short := "long", ""
+	for i := 0; short == ""; i++ {
+		if k := "short" + string(rune('a'+i%26)) + string(rune('a'+i/26)); n.laneOf(k) != n.laneOf(long) {
+			short = k
+		}
+	}
+	if err := servers[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[0].Cont()
+	go c.Obtain(ctx, long, 10*time.Second) // node timeout 500ms
+	time.Sleep(20 * time.Millisecond)      // its lane is taking a connection
+	start := time.Now()
+	_, err = c.Obtain(ctx, short, 100*time.Millisecond) // node timeout 10ms
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Fatalf("Obtain with a 10ms node timeout on a frozen master returned after %v: %v", took.Round(time.Millisecond), err)
+	}
+}
