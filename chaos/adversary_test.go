@@ -820,6 +820,10 @@ func (x *advActor) extend(held Held, h *Hold, ttl time.Duration, concurrent bool
 	out := x.outcome("extend", err)
 	x.a.count("extend", out)
 	rec.OK, rec.Lost, rec.Closed = err == nil, out == "lost", out == "closed"
+	rec.Deadline, _ = ctx.Deadline()
+	if err != nil {
+		rec.Err = err.Error()
+	}
 	at := time.Now()
 	if v := held.Validity(); v > 0 {
 		rec.After = at.Add(v)

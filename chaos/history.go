@@ -67,6 +67,9 @@ type ExtendRec struct {
 	OK, Lost   bool      // nil; an error matching ErrLockLost
 	Closed     bool      // ErrClosed: it sent nothing
 	Concurrent bool      // the watchdog was renewing the lock meanwhile
+	// Deadline is the call's context's; Err the error it returned.
+	Deadline time.Time
+	Err      string
 }
 
 func (e ExtendRec) outcome() string {
@@ -163,8 +166,9 @@ type Findings struct {
 
 	// Two holders of one key whose believed-valid intervals overlap.
 	Overlaps int
-	// A failed Extend (not ErrLockLost) of TTL t started at s, after which
-	// Validity() still reported an end past s+t (+ staleTolerance).
+	// A failed Extend (not ErrLockLost) of TTL t started at s, that reached a
+	// master (witness), after which Validity() still reported an end past
+	// s+t (+ staleTolerance).
 	StaleAfterFailedExtend int
 	// An Extend that succeeded although Validity() read 0 just before it.
 	ExtendAfterLapse int
@@ -285,6 +289,18 @@ func Check(holds []*Hold, w *Witness, tol time.Duration) Findings {
 	return f
 }
 
+// reached reports whether a master ran an extend of the token from start
+// on, and before next (zero: ever after): an Extend whose context had ended
+// asks no master, and may keep the validity it had.
+func reached(evs []WitnessEvent, start, next time.Time) bool {
+	for _, ev := range evs {
+		if ev.Kind == EvExtend && ev.At >= start.UnixMicro()-1000 && (next.IsZero() || ev.At < next.UnixMicro()) {
+			return true
+		}
+	}
+	return false
+}
+
 // staleTolerance covers the time between the holder's clock reading
 // before Extend and the lock's own at its start (with a watchdog holding
 // the lock meanwhile it could be a renewal's length: those are not
@@ -292,11 +308,23 @@ func Check(holds []*Hold, w *Witness, tol time.Duration) Findings {
 const staleTolerance = 25 * time.Millisecond
 
 func checkExtends(f *Findings, h *Hold, w *Witness, tol time.Duration) {
-	for _, e := range h.Extends {
+	var evs []WitnessEvent
+	if w != nil {
+		evs = w.Events(h.Token)
+	}
+	for i, e := range h.Extends {
+		// The next call on the lock, which the witness can no longer tell
+		// apart from this one.
+		next := h.ReleaseStart
+		if i+1 < len(h.Extends) {
+			next = h.Extends[i+1].Start
+		}
 		switch {
-		case !e.OK && !e.Lost && !e.Closed && !e.Concurrent && !e.After.IsZero() && e.After.Sub(e.Start.Add(e.TTL)) > staleTolerance:
+		case !e.OK && !e.Lost && !e.Closed && !e.Concurrent && !e.After.IsZero() && e.After.Sub(e.Start.Add(e.TTL)) > staleTolerance &&
+			(w == nil || reached(evs, e.Start, next)):
 			f.StaleAfterFailedExtend++
-			f.example("stale validity: %s %s: Extend(%v) failed, validity still ends %v after start+ttl", h.Client, h.Key, e.TTL, e.After.Sub(e.Start.Add(e.TTL)))
+			f.example("stale validity: %s %s: Extend(%v) failed after %v (context %v), validity still ends %v after start+ttl: %s",
+				h.Client, h.Key, e.TTL, e.End.Sub(e.Start), e.Deadline.Sub(e.Start), e.After.Sub(e.Start.Add(e.TTL)), e.Err)
 		case e.OK && e.Before.IsZero() && !e.Concurrent:
 			f.ExtendAfterLapse++
 			f.example("extend after lapse: %s %s: Extend(%v) succeeded although Validity() read 0 just before", h.Client, h.Key, e.TTL)

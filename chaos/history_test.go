@@ -209,6 +209,30 @@ func TestCheckHolds(t *testing.T) {
 	}
 }
 
+// TestCheckStaleNeedsAReach: a failed Extend that no master ran (its
+// context had ended: the lock asked none) may keep its validity; one that
+// reached a master may not.
+func TestCheckStaleNeedsAReach(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	w := newTestWitness()
+	sha := w.learn(srcExtend)
+	feed(w, 0, 0, false, "script", "load", srcExtend)
+	h := &Hold{Client: "c", Key: "k", Token: "A", Quorum: 1, Start: at(0), Until: at(1000), ReleaseStart: at(500),
+		Extends: []ExtendRec{{Start: at(100), End: at(101), TTL: 50 * time.Millisecond, Before: at(1000), After: at(1000)}}}
+	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 0 {
+		t.Errorf("no master ran it: got %d", f.StaleAfterFailedExtend)
+	}
+	feed(w, 0, at(600).UnixMicro(), false, "evalsha", sha, "1", "chaos:k", "A", "50") // after the release started: not this one's
+	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 0 {
+		t.Errorf("a later run counted: got %d", f.StaleAfterFailedExtend)
+	}
+	feed(w, 0, at(150).UnixMicro(), false, "evalsha", sha, "1", "chaos:k", "A", "50") // it arrived, late
+	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 1 {
+		t.Errorf("a master ran it: got %d, want 1", f.StaleAfterFailedExtend)
+	}
+}
+
 // TestHoldObserve: the believed end follows the last reading, a reading of
 // 0 ends it, and a positive reading after it is a revival.
 func TestHoldObserve(t *testing.T) {
