@@ -7,7 +7,9 @@ replace github.com/redlock-go/redlock => ../
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
 	github.com/rs/zerolog v1.33.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
@@ -22,7 +24,6 @@ require (
 	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000 // indirect
 	github.com/rs/xid v1.5.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect

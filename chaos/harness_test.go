@@ -12,24 +12,22 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// Defaults shared by the scenarios (CHAOS.md §7 probe settings).
+// Defaults shared by the scenarios.
 const (
 	nodeTimeout = 50 * time.Millisecond
 	// slack is what the scheduler of a busy 2-core machine under -race may
 	// add to a bound; every "bounded" check allows it and the table shows
 	// the real figure.
 	slack = 150 * time.Millisecond
-	// A failed Obtain attempt may take two node timeouts: one waiting for
-	// the quorum, one releasing the masters that said yes (DESIGN step 5).
 )
 
 // env is one scenario's masters, their network views and clients.
 type env struct {
 	t       testing.TB
+	sub     *subject // the lock under test
 	servers []*redistest.Server
 	net     *Net
 	prefix  string
@@ -39,11 +37,12 @@ type env struct {
 	rdbs    []*redis.Client
 }
 
-// newEnv starts n masters; opt, if given, adjusts master i's options.
-func newEnv(t testing.TB, n int, opt func(i int, o *redistest.Options)) *env {
+// newEnv starts n masters for locks of sub; opt, if given, adjusts master
+// i's options.
+func newEnv(t testing.TB, sub *subject, n int, opt func(i int, o *redistest.Options)) *env {
 	t.Helper()
 	redistest.Require(t)
-	e := &env{t: t, net: NewNet(), proxies: map[string][]*Proxy{}, prefix: "chaos:"}
+	e := &env{t: t, sub: sub, net: NewNet(), proxies: map[string][]*Proxy{}, prefix: "chaos:"}
 	e.servers = make([]*redistest.Server, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -151,17 +150,28 @@ func (e *env) mastersWith(group string, adjust func(*redis.Options)) []redis.Uni
 // direct is a client per master for inspection (scans), never proxied.
 func (e *env) direct() []redis.UniversalClient { return e.masters("") }
 
-// lockClient builds a redlock client over masters; one master means NewSingle.
-func (e *env) lockClient(ms []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
+// lockClient builds the subject's lock over masters (one master: a
+// single-instance lock), closed when the test ends.
+func (e *env) lockClient(ms []redis.UniversalClient) Locker {
+	return e.locker(ms, LockConfig{})
+}
+
+// fencedClient is lockClient with fencing tokens.
+func (e *env) fencedClient(ms []redis.UniversalClient) Locker {
+	return e.locker(ms, LockConfig{Fencing: true})
+}
+
+// locker builds the subject's lock with cfg; the suite's node timeout and
+// key prefix apply where cfg leaves them unset.
+func (e *env) locker(ms []redis.UniversalClient, cfg LockConfig) Locker {
 	e.t.Helper()
-	opts = append([]redlock.Option{redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(e.prefix)}, opts...)
-	var c *redlock.Client
-	var err error
-	if len(ms) == 1 {
-		c, err = redlock.NewSingle(ms[0], opts...)
-	} else {
-		c, err = redlock.New(ms, opts...)
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = nodeTimeout
 	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = e.prefix
+	}
+	c, err := e.sub.locker()(ms, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -220,6 +230,37 @@ func settle(t testing.TB, ms []redis.UniversalClient) time.Duration {
 		}
 	}
 	return time.Since(start)
+}
+
+// witness starts a Witness on every master, closed when the test ends.
+func (e *env) witness() *Witness {
+	e.t.Helper()
+	var addrs []string
+	for _, s := range e.servers {
+		addrs = append(addrs, s.Addr())
+	}
+	w, err := NewWitness(addrs, e.prefix)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(w.Close)
+	return w
+}
+
+// syncWitness waits until w has read everything the masters ran so far,
+// sending its marks straight to each master (again until ctx ends, should
+// a master be slow to answer).
+func (e *env) syncWitness(ctx context.Context, w *Witness) error {
+	direct := e.direct()
+	return w.Sync(ctx, func(ctx context.Context, m int, msg string) error {
+		for {
+			err := direct[m].Echo(ctx, msg).Err()
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }
 
 // residual scans every master for lock keys (the suite's prefix).

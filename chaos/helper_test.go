@@ -9,30 +9,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redlock-go/redlock"
 )
 
 // helperEnv selects a worker-subprocess mode of the test binary.
 const helperEnv = "CHAOS_HELPER"
-
-// doer is Client.Do as DESIGN.md defines it; asserted at run time so the
-// suite compiles before the library has Do.
-type doer interface {
-	Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...redlock.ObtainOption) error
-}
-
-// doOf returns c's Do when the library has it.
-var doOf = func(c *redlock.Client) (doer, bool) {
-	d, ok := any(c).(doer)
-	return d, ok
-}
-
-// withFencing is redlock.WithFencing; a variable so a scenario can tell
-// when it is missing (nil) without failing to compile.
-var withFencing = redlock.WithFencing
-
-func fenceOf(l *redlock.Lock) int64 { return l.Fence() }
 
 // helperMain runs a worker subprocess: mode "holder" takes CHAOS_KEY under
 // Do on the masters in CHAOS_ADDRS and works until killed, printing HELD
@@ -51,28 +31,24 @@ func helperMain(mode string) int {
 	for _, a := range strings.Split(os.Getenv("CHAOS_ADDRS"), ",") {
 		ms = append(ms, redis.NewClient(clientOpts(a)))
 	}
-	c, err := redlock.New(ms, redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(os.Getenv("CHAOS_PREFIX")))
+	sub := &subject{mutant: os.Getenv("CHAOS_MUTANT")}
+	c, err := sub.locker()(ms, LockConfig{NodeTimeout: nodeTimeout, Prefix: os.Getenv("CHAOS_PREFIX")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
-	}
-	d, ok := doOf(c)
-	if !ok {
-		fmt.Println("NODO")
-		return 3
 	}
 	out := bufio.NewWriter(os.Stdout)
 	// Bounded: the parent kills us long before this ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = d.Do(ctx, os.Getenv("CHAOS_KEY"), ttl, func(ctx context.Context) error {
+	err = c.Do(ctx, os.Getenv("CHAOS_KEY"), ttl, func(ctx context.Context) error {
 		fmt.Fprintf(out, "HELD %d\n", time.Now().UnixNano())
 		out.Flush()
 		<-ctx.Done()
 		fmt.Fprintf(out, "LOST %d %v\n", time.Now().UnixNano(), context.Cause(ctx))
 		out.Flush()
 		return nil
-	}, redlock.WithRetry(redlock.LinearBackoff(50*time.Millisecond)))
+	}, RetryEvery(50*time.Millisecond))
 	fmt.Fprintf(out, "DONE %v\n", err)
 	out.Flush()
 	return 0

@@ -191,7 +191,7 @@ func TestClockFile(t *testing.T) {
 // expires it at once.
 func TestClockShimRedis(t *testing.T) {
 	clock := newClock(t)
-	e := newEnv(t, 1, func(_ int, o *redistest.Options) { o.Env = clock.Env() })
+	e := newEnv(t, library, 1, func(_ int, o *redistest.Options) { o.Env = clock.Env() })
 	c := e.direct()[0]
 	ctx := context.Background()
 	if err := clock.Rate(2); err != nil {

@@ -14,18 +14,19 @@ import (
 // section (lost-update counter, optional fenced write), record it in the
 // ledger and release.
 type load struct {
-	c       *redlock.Client
+	c       Locker
 	key     string
 	ttl     time.Duration
 	workers int
 	dur     time.Duration // stop starting attempts after this
 	maxIter int           // per worker, a second bound
-	retry   redlock.RetryStrategy
+	retry   time.Duration // RetryEvery; 0: one attempt
 	// obtainTimeout bounds each Obtain through its context.
 	obtainTimeout time.Duration
 	hold          time.Duration // between the counter's read and write
-	// fence, when set, reads the lock's fence (fencing scenarios).
-	fence func(*redlock.Lock) int64
+	// fenced: the lock has fencing tokens; with res, each holder writes
+	// its fence there.
+	fenced bool
 
 	ledger  *Ledger
 	counter *Counter
@@ -89,9 +90,9 @@ func (l *load) run(ctx context.Context) *loadStats {
 }
 
 func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadStats) {
-	var opts []redlock.ObtainOption
-	if l.retry != nil {
-		opts = append(opts, redlock.WithRetry(l.retry))
+	var opts []Opt
+	if l.retry > 0 {
+		opts = append(opts, RetryEvery(l.retry))
 	}
 	wantSince := time.Now()
 	for i := 0; i < l.maxIter && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
@@ -123,7 +124,7 @@ func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadSta
 				s.other(err)
 			}
 			s.mu.Unlock()
-			if l.retry == nil {
+			if l.retry == 0 {
 				time.Sleep(2 * time.Millisecond) // no busy loop without a retry strategy
 			}
 			continue
@@ -135,8 +136,8 @@ func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadSta
 
 		validUntil := got.Add(lock.Validity())
 		var fence int64
-		if l.fence != nil {
-			fence = l.fence(lock)
+		if l.fenced {
+			fence = lock.Fence()
 			if l.res != nil {
 				l.res.Write(l.key, lock.Token(), fence)
 			}
@@ -185,7 +186,7 @@ func (s *loadStats) report(r *row) {
 		r.set("errors_without_detail", s.noDetail)
 		r.note("ErrNotObtained without *QuorumError, e.g. %q", s.noDetailMsg)
 	}
-	// DESIGN.md: every ErrNotObtained carries a *QuorumError.
+	// The library's promise: every ErrNotObtained carries a *QuorumError.
 	r.must(s.noDetail == 0, "%d ErrNotObtained without a *QuorumError", s.noDetail)
 	if s.pastCtx > slack {
 		r.note("slowest Obtain: %s", s.worst)

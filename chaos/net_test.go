@@ -96,3 +96,108 @@ func TestNetToxics(t *testing.T) {
 		t.Errorf("after Accept: %v", err)
 	}
 }
+
+// TestNetWindows checks the per-direction faults the adversary toggles: each
+// toxic comes off on its own, a stall ends by closing the connection, and
+// Drop cuts a live connection mid-stream.
+func TestNetWindows(t *testing.T) {
+	n := NewNet()
+	defer n.Close()
+	p, err := n.Proxy("m0", echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []Direction{Up, Down} {
+		x, err := p.Delay(dir, 80*time.Millisecond, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := p.Delay(dir, 0, 0) // a second toxic on the same stream
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := roundTrip(p.Addr(), time.Second); err != nil || d < 70*time.Millisecond {
+			t.Errorf("delay %s 80ms: round trip %v, err %v", dir, d, err)
+		}
+		if err := x.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := roundTrip(p.Addr(), time.Second); err != nil || d > 60*time.Millisecond {
+			t.Errorf("delay %s removed: round trip %v, err %v", dir, d, err)
+		}
+		if err := y.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		if y.Remove() == nil {
+			t.Errorf("removing a toxic twice succeeded")
+		}
+	}
+
+	// A stall on one live connection: nothing comes back; Remove closes it.
+	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	c.Write([]byte("a\n"))
+	c.SetDeadline(time.Now().Add(time.Second))
+	if s, err := r.ReadString('\n'); err != nil || s != "a\n" {
+		t.Fatalf("before the stall: %q %v", s, err)
+	}
+	x, err := p.Stall(Down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("b\n"))
+	c.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	if s, err := r.ReadString('\n'); err == nil {
+		t.Errorf("a reply %q came through a downstream stall", s)
+	}
+	if err := x.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(time.Second))
+	if s, err := r.ReadString('\n'); err == nil {
+		t.Errorf("the stalled connection still carried %q after Remove", s)
+	}
+	if _, err := roundTrip(p.Addr(), time.Second); err != nil {
+		t.Errorf("a new connection after the stall: %v", err)
+	}
+
+	// Drop: a live connection is cut, a new one works.
+	c2, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	r2 := bufio.NewReader(c2)
+	c2.Write([]byte("c\n"))
+	c2.SetDeadline(time.Now().Add(time.Second))
+	if _, err := r2.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Drop(); err != nil {
+		t.Fatal(err)
+	}
+	c2.Write([]byte("d\n"))
+	if s, err := r2.ReadString('\n'); err == nil {
+		t.Errorf("a dropped connection still carried %q", s)
+	}
+	if _, err := roundTrip(p.Addr(), time.Second); err != nil {
+		t.Errorf("after Drop: %v", err)
+	}
+
+	// Reset: connections that carry data are reset.
+	x, err = p.Reset(Up, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := roundTrip(p.Addr(), 300*time.Millisecond); err == nil {
+		t.Error("a round trip went through reset_peer")
+	}
+	x.Remove()
+	if _, err := roundTrip(p.Addr(), time.Second); err != nil {
+		t.Errorf("after the reset window: %v", err)
+	}
+}

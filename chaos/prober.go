@@ -86,7 +86,7 @@ func (p *Prober) Events() []Probe {
 type ProbeStats struct {
 	Attempts, Successes int
 	Availability        float64 // successes / attempts
-	P50, P99, Max       time.Duration
+	P50, P90, P99, Max  time.Duration
 	// RecoveryMS is the time from Healed to the first success that started
 	// at or after it, in ms; -1 without Healed or without such a success.
 	RecoveryMS float64
@@ -118,7 +118,18 @@ func (p *Prober) Stats(from, to time.Time) ProbeStats {
 		s.Availability = float64(s.Successes) / float64(s.Attempts)
 	}
 	s.P50, s.P99, s.Max = Quantiles(lats)
+	s.P90 = Quantile(lats, 0.9)
 	return s
+}
+
+// Quantile returns the q-quantile of ds (0 for none).
+func Quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
 }
 
 // Quantiles returns the median, the 99th percentile and the maximum.
@@ -126,8 +137,5 @@ func Quantiles(ds []time.Duration) (p50, p99, mx time.Duration) {
 	if len(ds) == 0 {
 		return 0, 0, 0
 	}
-	ds = slices.Clone(ds)
-	slices.Sort(ds)
-	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
-	return at(0.5), at(0.99), ds[len(ds)-1]
+	return Quantile(ds, 0.5), Quantile(ds, 0.99), Quantile(ds, 1)
 }

@@ -18,9 +18,12 @@ import (
 // A row is one scenario (or variant) in the results table.
 type row struct {
 	t         *testing.T
+	sub       *subject
 	sharedEnv bool     // the masters and clients outlive this row (subtests of one env)
+	caught    []string // with a mutant: the MUST checks that failed
 	Scenario  string   `json:"scenario"`
-	Kind      string   `json:"kind"` // MUST or DOCUMENTS
+	Mutant    string   `json:"mutant,omitempty"` // the broken lock's knobs, for a mutation check
+	Kind      string   `json:"kind"`             // MUST, DOCUMENTS, or MUTATION
 	Fault     string   `json:"fault"`
 	Figures   []figure `json:"figures"`
 	Expected  string   `json:"expected"`
@@ -39,9 +42,15 @@ var results struct {
 	rows []*row
 }
 
-// newRow starts a table row for t; its verdict is set when t ends.
-func newRow(t *testing.T, scenario, kind, fault, expected string) *row {
-	r := &row{t: t, Scenario: scenario, Kind: kind, Fault: fault, Expected: expected}
+// newRow starts a table row for t, run against sub; its verdict is set
+// when t ends. With a mutant, the row is a mutation check: it passes when
+// the MUST named by sub.expect fails.
+func newRow(t *testing.T, sub *subject, scenario, kind, fault, expected string) *row {
+	r := &row{t: t, sub: sub, Scenario: scenario, Kind: kind, Fault: fault, Expected: expected}
+	if sub.mutant != "" {
+		r.Mutant, r.Kind = sub.mutant, "MUTATION"
+		r.Expected = "fails: " + sub.expect
+	}
 	start := time.Now()
 	results.mu.Lock()
 	results.rows = append(results.rows, r)
@@ -50,9 +59,12 @@ func newRow(t *testing.T, scenario, kind, fault, expected string) *row {
 		// Runs after the scenario's own cleanups: every Client is closed, so
 		// none of the library's goroutines may be left.
 		if !t.Skipped() && !r.sharedEnv {
-			left := libGoroutinesAtMost(0)
+			left := lockGoroutinesAtMost(0)
 			r.set("lib_goroutines_left", left)
-			r.must(left == 0, "%d library goroutines left after every Client was closed", left)
+			r.must(left == 0, "%d lock goroutines left after every Client was closed", left)
+		}
+		if r.Mutant != "" && !t.Skipped() && !r.wasCaught() {
+			t.Errorf("%s: mutant %q passed: the check %q did not fail (failed: %q)", r.Scenario, r.Mutant, sub.expect, r.caught)
 		}
 		results.mu.Lock()
 		defer results.mu.Unlock()
@@ -62,6 +74,8 @@ func newRow(t *testing.T, scenario, kind, fault, expected string) *row {
 			r.Verdict = "SKIP"
 		case t.Failed():
 			r.Verdict = "FAIL"
+		case r.Mutant != "":
+			r.Verdict = "PASS (check failed)"
 		case kind == "DOCUMENTS":
 			r.Verdict = "PASS (reproduced)"
 		default:
@@ -97,21 +111,42 @@ func (r *row) note(format string, args ...any) {
 	results.mu.Unlock()
 }
 
-// must fails the test when a guarantee does not hold.
-func (r *row) must(ok bool, format string, args ...any) {
+// must fails the test when a guarantee does not hold; on a mutation check
+// it records the failure instead, and reports ok.
+func (r *row) must(ok bool, format string, args ...any) bool {
 	r.t.Helper()
 	if !ok {
 		msg := fmt.Sprintf(format, args...)
 		r.note("MUST failed: %s", msg)
-		r.t.Errorf("%s: MUST failed: %s", r.Scenario, msg)
+		if r.Mutant != "" {
+			results.mu.Lock()
+			r.caught = append(r.caught, msg)
+			results.mu.Unlock()
+		} else {
+			r.t.Errorf("%s: MUST failed: %s", r.Scenario, msg)
+		}
 	}
+	return ok
+}
+
+// wasCaught reports whether the check the mutant targets failed.
+func (r *row) wasCaught() bool {
+	results.mu.Lock()
+	defer results.mu.Unlock()
+	for _, c := range r.caught {
+		if strings.Contains(c, r.sub.expect) {
+			return true
+		}
+	}
+	return false
 }
 
 // documents fails the test when a documented violation did not show: the
-// docs would then claim a weakness the suite cannot reproduce.
+// docs would then claim a weakness the suite cannot reproduce. A mutation
+// check ignores it.
 func (r *row) documents(violated bool, format string, args ...any) {
 	r.t.Helper()
-	if !violated {
+	if !violated && r.Mutant == "" {
 		msg := fmt.Sprintf(format, args...)
 		r.note("documented violation absent: %s", msg)
 		r.t.Errorf("%s: documented violation did not reproduce: %s", r.Scenario, msg)
@@ -144,12 +179,8 @@ func writeResults(w io.Writer, dir string) error {
 	fmt.Fprintf(&b, "%-34s | %-9s | %-44s | %-48s | %s\n", "scenario", "kind", "fault", "expected", "verdict")
 	b.WriteString(strings.Repeat("-", 160) + "\n")
 	pass, fail, skip := 0, 0, 0
-	for _, r := range results.rows {
-		fmt.Fprintf(&b, "%-34s | %-9s | %-44s | %-48s | %s\n", r.Scenario, r.Kind, r.Fault, r.Expected, r.Verdict)
-		fmt.Fprintf(&b, "%-34s   figures: %s\n", "", r.figures())
-		for _, n := range r.Notes {
-			fmt.Fprintf(&b, "%-34s   note: %s\n", "", n)
-		}
+	var mutants []*row
+	count := func(r *row) {
 		switch {
 		case strings.HasPrefix(r.Verdict, "PASS"):
 			pass++
@@ -157,6 +188,33 @@ func writeResults(w io.Writer, dir string) error {
 			fail++
 		default:
 			skip++
+		}
+	}
+	for _, r := range results.rows {
+		if r.Mutant != "" {
+			mutants = append(mutants, r)
+			continue
+		}
+		fmt.Fprintf(&b, "%-34s | %-9s | %-44s | %-48s | %s\n", r.Scenario, r.Kind, r.Fault, r.Expected, r.Verdict)
+		fmt.Fprintf(&b, "%-34s   figures: %s\n", "", r.figures())
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "%-34s   note: %s\n", "", n)
+		}
+		count(r)
+	}
+	if len(mutants) > 0 {
+		fmt.Fprintf(&b, "\nmutation checks: each row's check run against a broken lock must fail\n")
+		fmt.Fprintf(&b, "%-34s | %-24s | %-44s | %s\n", "scenario", "mutant", "check that must fail", "verdict")
+		b.WriteString(strings.Repeat("-", 160) + "\n")
+		for _, r := range mutants {
+			fmt.Fprintf(&b, "%-34s | %-24s | %-44s | %s\n", r.Scenario, r.Mutant, r.sub.expect, r.Verdict)
+			for _, c := range r.caught {
+				if len(c) > 200 {
+					c = c[:200] + "..."
+				}
+				fmt.Fprintf(&b, "%-34s   failed: %s\n", "", strings.ReplaceAll(c, "\n", " "))
+			}
+			count(r)
 		}
 	}
 	fmt.Fprintf(&b, "chaos: %d passed, %d failed, %d skipped\n", pass, fail, skip)

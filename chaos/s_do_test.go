@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -24,71 +23,55 @@ import (
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// needDo returns c's Do, or skips (with the reason on the row) when the
-// library does not have it yet.
-func needDo(t *testing.T, r *row, c *redlock.Client) doer {
-	t.Helper()
-	d, ok := doOf(c)
-	if m, has := reflect.TypeOf(c).MethodByName("Do"); has && !ok {
-		t.Fatalf("Client.Do has signature %v, not DESIGN.md's", m.Type)
-	}
-	if !ok {
-		r.note("needs Client.Do, not in the library yet")
-		t.Skip("needs Client.Do (DESIGN.md), not in the library yet")
-	}
-	return d
-}
+// lockFrames are the function-name prefixes of the locks under test: the
+// library, and the suite's broken locks (mutant_test.go).
+var lockFrames = []string{"github.com/redlock-go/redlock.", "github.com/redlock-go/redlock/chaos.(*mutant", "github.com/redlock-go/redlock/chaos.mutant"}
 
-func needFencing(t *testing.T, r *row) {
-	t.Helper()
-	if withFencing == nil {
-		r.note("needs WithFencing/Lock.Fence")
-		t.Skip("needs redlock.WithFencing (DESIGN.md)")
-	}
-}
-
-// libGoroutines counts goroutines running code of the library itself.
-func libGoroutines() int {
+// lockGoroutines counts goroutines running code of the lock under test.
+func lockGoroutines() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, line := range strings.Split(g, "\n") {
-			if strings.HasPrefix(line, "github.com/redlock-go/redlock.") {
-				n++
-				break
-			}
+		if slices.ContainsFunc(strings.Split(g, "\n"), func(line string) bool {
+			return slices.ContainsFunc(lockFrames, func(p string) bool { return strings.HasPrefix(line, p) })
+		}) {
+			n++
 		}
 	}
 	return n
 }
 
-// libGoroutinesAtMost waits (up to 200 ms) until at most n library
+// lockGoroutinesAtMost waits (up to 200 ms) until at most n lock
 // goroutines run and returns the last count: a goroutine that has signalled
 // its owner (wg.Done in a defer) still shows its frames until it returns.
-func libGoroutinesAtMost(n int) int {
-	got := libGoroutines()
+func lockGoroutinesAtMost(n int) int {
+	got := lockGoroutines()
 	for i := 0; i < 20 && got > n; i++ {
 		time.Sleep(10 * time.Millisecond)
-		got = libGoroutines()
+		got = lockGoroutines()
 	}
 	return got
 }
 
 // S9: S8's restart with fencing on: the fence counter is lost with the
 // key, so the next holder's fence can equal (or trail) the previous one's.
-func TestS09RestartFencing(t *testing.T) {
+func TestS09RestartFencing(t *testing.T) { restartFencing(t, library) }
+
+func restartFencing(t *testing.T, sub *subject) {
 	for _, v := range []struct{ name, kind, expected string }{
 		{"immediate", "DOCUMENTS", "fence regression (B's fence <= A's); equal fences reach the resource"},
 		{"aof-always", "MUST", "B after A with a higher fence; 0 regressions"},
 	} {
+		if !sub.runs(v.name) {
+			continue
+		}
 		t.Run(v.name, func(t *testing.T) {
-			r := newRow(t, "S9 restart-fencing/"+v.name, v.kind, "S8 with WithFencing: master 2 restarts while A holds {0,1,2}", v.expected)
-			needFencing(t, r)
+			r := newRow(t, sub, "S9 restart-fencing/"+v.name, v.kind, "S8 with WithFencing: master 2 restarts while A holds {0,1,2}", v.expected)
 			const ttl = 1500 * time.Millisecond
-			e := newEnv(t, 5, func(i int, o *redistest.Options) { o.Persist = i == 2 && v.name == "aof-always" })
+			e := newEnv(t, sub, 5, func(i int, o *redistest.Options) { o.Persist = i == 2 && v.name == "aof-always" })
 			// Prime the counters on all five masters.
-			primer := e.lockClient(e.direct(), withFencing())
+			primer := e.fencedClient(e.direct())
 			for i := range 3 {
 				l, err := primer.Obtain(context.Background(), "k", ttl)
 				if err != nil {
@@ -96,8 +79,8 @@ func TestS09RestartFencing(t *testing.T) {
 				}
 				l.Release(context.Background())
 			}
-			a, b := splitView(t, e, withFencing())
-			rr := holdRace(t, a, b, "k", ttl, ttl+redialProbe+time.Second, func() {
+			a, b := splitView(t, e, true)
+			rr := holdRace(t, a, b, "k", ttl, ttl+redialProbe+time.Second, 20*time.Millisecond, func(time.Time) {
 				if err := e.servers[2].Restart(v.name == "aof-always"); err != nil {
 					t.Fatal(err)
 				}
@@ -148,11 +131,13 @@ func libFencedReplay(t *testing.T, e *env, bFence, aFence int64) (bOK, aOK bool)
 }
 
 // S11: the holder pauses past its TTL inside the critical section.
-func TestS11ClientPause(t *testing.T) {
+func TestS11ClientPause(t *testing.T) { clientPause(t, library) }
+
+func clientPause(t *testing.T, sub *subject) {
 	const ttl = 300 * time.Millisecond
 	// pauseRace: A obtains, pauses 2xTTL, then "writes"; B polls from the
 	// start and writes as soon as it holds the lock.
-	pauseRace := func(t *testing.T, c *redlock.Client, res *FencedResource) *Ledger {
+	pauseRace := func(t *testing.T, c Locker, res *FencedResource) *Ledger {
 		ledger := &Ledger{}
 		lockA, err := c.Obtain(context.Background(), "k", ttl)
 		if err != nil {
@@ -164,25 +149,25 @@ func TestS11ClientPause(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*ttl)
 			defer cancel()
-			lockB, err := c.Obtain(ctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+			lockB, err := c.Obtain(ctx, "k", ttl, RetryEvery(20*time.Millisecond))
 			if err != nil {
 				done <- Interval{}
 				return
 			}
 			b0 := time.Now()
 			if res != nil {
-				res.Write("k", lockB.Token(), fenceOf(lockB))
+				res.Write("k", lockB.Token(), lockB.Fence())
 			}
 			b1 := time.Now()
-			iv := Interval{Key: "k", Holder: lockB.Token(), Fence: fenceOf(lockB), Start: b0, End: b1, ValidUntil: b0.Add(lockB.Validity())}
+			iv := Interval{Key: "k", Holder: lockB.Token(), Fence: lockB.Fence(), Start: b0, End: b1, ValidUntil: b0.Add(lockB.Validity())}
 			lockB.Release(context.Background())
 			done <- iv
 		}()
 		time.Sleep(2 * ttl) // the pause: GC, a frozen VM, a slow disk
 		if res != nil {
-			res.Write("k", lockA.Token(), fenceOf(lockA))
+			res.Write("k", lockA.Token(), lockA.Fence())
 		}
-		ledger.Record(Interval{Key: "k", Holder: lockA.Token(), Fence: fenceOf(lockA), Start: a0, End: time.Now(), ValidUntil: aUntil})
+		ledger.Record(Interval{Key: "k", Holder: lockA.Token(), Fence: lockA.Fence(), Start: a0, End: time.Now(), ValidUntil: aUntil})
 		lockA.Release(context.Background())
 		if iv := <-done; iv.Holder != "" {
 			ledger.Record(iv)
@@ -191,18 +176,23 @@ func TestS11ClientPause(t *testing.T) {
 	}
 
 	t.Run("naive", func(t *testing.T) {
-		r := newRow(t, "S11 client-pause/naive", "DOCUMENTS", "A sleeps 2xTTL inside its critical section", "cs_overlaps>=1, promised=0")
-		e := newEnv(t, 5, nil)
+		if !sub.runs("naive") {
+			t.SkipNow()
+		}
+		r := newRow(t, sub, "S11 client-pause/naive", "DOCUMENTS", "A sleeps 2xTTL inside its critical section", "cs_overlaps>=1, promised=0")
+		e := newEnv(t, sub, 5, nil)
 		c := e.lockClient(e.direct())
 		st := safety(r, pauseRace(t, c, nil), nil, nil)
 		r.documents(st.CSOverlaps >= 1, "no critical-section overlap although A paused 2xTTL")
 		r.must(st.PromisedOverlaps == 0, "promised_overlaps=%d, want 0", st.PromisedOverlaps)
 	})
 	t.Run("fenced", func(t *testing.T) {
-		r := newRow(t, "S11 client-pause/fenced", "MUST", "same, writes go through a fenced resource", "stale_rejected>=1, resource overlap 0")
-		needFencing(t, r)
-		e := newEnv(t, 5, nil)
-		c := e.lockClient(e.direct(), withFencing())
+		if !sub.runs("fenced") {
+			t.SkipNow()
+		}
+		r := newRow(t, sub, "S11 client-pause/fenced", "MUST", "same, writes go through a fenced resource", "stale_rejected>=1, resource overlap 0")
+		e := newEnv(t, sub, 5, nil)
+		c := e.fencedClient(e.direct())
 		res := &FencedResource{}
 		ledger := pauseRace(t, c, res)
 		st := safety(r, ledger, nil, res)
@@ -219,20 +209,22 @@ func TestS11ClientPause(t *testing.T) {
 		r.must(st.FenceRegressions == 0, "fence_regressions=%d", st.FenceRegressions)
 	})
 	t.Run("do-partitioned", func(t *testing.T) {
-		r := newRow(t, "S11 client-pause/do-partitioned", "MUST",
+		if !sub.runs("do-partitioned") {
+			t.SkipNow()
+		}
+		r := newRow(t, sub, "S11 client-pause/do-partitioned", "MUST",
 			"Do; A's network to all 5 blackholed while fn works", "ctx cancelled (ErrLockLost) by validity end; cs_overlaps=0")
-		e := newEnv(t, 5, nil)
+		e := newEnv(t, sub, 5, nil)
 		ams := e.masters("A")
 		warm(t, ams, 4)
 		a := e.lockClient(ams)
 		b := e.lockClient(e.direct())
-		d := needDo(t, r, a)
 		const ttl = 600 * time.Millisecond
 		ledger := &Ledger{}
 		var cutAt, cancelAt, fnStart time.Time
 		var cause error
 		bDone := make(chan Interval, 1)
-		doErr := d.Do(context.Background(), "k", ttl, func(ctx context.Context) error {
+		doErr := a.Do(context.Background(), "k", ttl, func(ctx context.Context) error {
 			fnStart = time.Now()
 			time.Sleep(ttl / 2) // a renewal or so happens normally
 			cutAt = time.Now()
@@ -242,7 +234,7 @@ func TestS11ClientPause(t *testing.T) {
 			go func() { // B polls while A is cut off
 				bctx, cancel := context.WithTimeout(context.Background(), 3*ttl)
 				defer cancel()
-				l, err := b.Obtain(bctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+				l, err := b.Obtain(bctx, "k", ttl, RetryEvery(20*time.Millisecond))
 				if err != nil {
 					bDone <- Interval{}
 					return
@@ -275,11 +267,13 @@ func TestS11ClientPause(t *testing.T) {
 		r.must(st.CSOverlaps == 0, "cs_overlaps=%d: B got in before A's fn was told", st.CSOverlaps)
 	})
 	t.Run("sigstop-subprocess", func(t *testing.T) {
-		r := newRow(t, "S11 client-pause/sigstop-worker", "DOCUMENTS",
+		if !sub.runs("sigstop-subprocess") {
+			t.SkipNow()
+		}
+		r := newRow(t, sub, "S11 client-pause/sigstop-worker", "DOCUMENTS",
 			"worker process under Do frozen (SIGSTOP) 2xTTL", "B obtains while frozen; on SIGCONT the worker learns ErrLockLost at once")
-		e := newEnv(t, 5, nil)
+		e := newEnv(t, sub, 5, nil)
 		b := e.lockClient(e.direct())
-		needDo(t, r, b)
 		const ttl = 600 * time.Millisecond
 		w := startHolder(t, e, "k", ttl)
 		held := w.wait(t, "HELD", 5*time.Second)
@@ -289,7 +283,7 @@ func TestS11ClientPause(t *testing.T) {
 		}
 		stopAt := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*ttl)
-		lockB, err := b.Obtain(ctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		lockB, err := b.Obtain(ctx, "k", ttl, RetryEvery(20*time.Millisecond))
 		cancel()
 		var bAt time.Time
 		if err == nil {
@@ -300,37 +294,50 @@ func TestS11ClientPause(t *testing.T) {
 		time.Sleep(time.Until(stopAt.Add(2 * ttl)))
 		w.cmd.Process.Signal(syscall.SIGCONT)
 		contAt := time.Now()
-		lost := w.wait(t, "LOST", 3*time.Second)
+		lost, ok := w.next("LOST", 3*time.Second)
 		r.set("worker_held_before_stop", stopAt.Sub(held.at))
+		r.documents(err == nil && bAt.Before(contAt), "B did not obtain while the worker was frozen: %v", err)
+		if !r.must(ok, "worker never learned it lost the lock (3s after SIGCONT)") {
+			return
+		}
 		r.set("lost_signal_after_cont", lost.at.Sub(contAt))
 		r.note("worker: %s", lost.text)
-		r.documents(err == nil && bAt.Before(contAt), "B did not obtain while the worker was frozen: %v", err)
 		r.must(lost.at.Sub(contAt) <= slack && strings.Contains(lost.text, "lock lost"),
 			"worker learned %q %v after SIGCONT, want ErrLockLost within %v", lost.text, lost.at.Sub(contAt), slack)
 	})
 }
 
 // S12: Do's watchdog while a majority stalls mid-lock.
-func TestS12WatchdogUnderFaults(t *testing.T) {
+func TestS12WatchdogUnderFaults(t *testing.T) { watchdogs(t, library) }
+
+func watchdogs(t *testing.T, sub *subject) {
 	t.Run("suite-clients", func(t *testing.T) {
-		r := newRow(t, "S12 watchdog-under-faults", "MUST", "Do TTL 1s; SIGSTOP 3/5 at 0.5s",
+		if !sub.runs("suite-clients") {
+			t.SkipNow()
+		}
+		r := newRow(t, sub, "S12 watchdog-under-faults", "MUST", "Do TTL 1s; SIGSTOP 3/5 at 0.5s",
 			"ctx cancelled (ErrLockLost) by validity end; Do err ErrLockLost; goroutines back")
 		watchdogUnderFaults(t, r, nil)
 	})
 	t.Run("default-clients", func(t *testing.T) {
-		r := newRow(t, "S12 watchdog-under-faults/default-clients", "MUST",
+		if !sub.runs("default-clients") {
+			t.SkipNow()
+		}
+		r := newRow(t, sub, "S12 watchdog-under-faults/default-clients", "MUST",
 			"same, user-default go-redis clients: a renewal hangs up to 1s", "same, on time although the renewal hangs")
 		watchdogUnderFaults(t, r, defaultClient)
 	})
 	t.Run("slow-network", func(t *testing.T) {
+		if !sub.runs("slow-network") {
+			t.SkipNow()
+		}
 		const L = 15 * time.Millisecond
-		r := newRow(t, "S12 watchdog/slow-network", "MUST", "Do TTL 600ms for 1.5s; every master 15ms away (node timeout 50ms)",
+		r := newRow(t, sub, "S12 watchdog/slow-network", "MUST", "Do TTL 600ms for 1.5s; every master 15ms away (node timeout 50ms)",
 			"renewals succeed: fn not cancelled, Do returns nil")
-		e := newEnv(t, 5, nil)
+		e := newEnv(t, sub, 5, nil)
 		ms := e.masters("w")
 		warm(t, ms, 4)
 		c := e.lockClient(ms)
-		d := needDo(t, r, c)
 		for _, p := range e.group("w") {
 			if err := p.Latency(L, 0); err != nil {
 				t.Fatal(err)
@@ -339,7 +346,11 @@ func TestS12WatchdogUnderFaults(t *testing.T) {
 		var cause error
 		var ran time.Duration
 		start := time.Now()
-		doErr := d.Do(context.Background(), "k", 600*time.Millisecond, func(ctx context.Context) error {
+		// Bounded: a lock that never gets the masters fails the row, it does
+		// not retry forever.
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		doErr := c.Do(dctx, "k", 600*time.Millisecond, func(ctx context.Context) error {
 			t0 := time.Now()
 			select {
 			case <-ctx.Done():
@@ -348,7 +359,7 @@ func TestS12WatchdogUnderFaults(t *testing.T) {
 			}
 			ran = time.Since(t0)
 			return nil
-		}, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		}, RetryEvery(20*time.Millisecond))
 		r.set("fn_ran", ran)
 		r.set("do_took", time.Since(start))
 		if cause != nil {
@@ -357,28 +368,30 @@ func TestS12WatchdogUnderFaults(t *testing.T) {
 		r.must(cause == nil && doErr == nil, "the lock was lost with every master %v away: fn ran %v, cause %v, Do err %v", L, ran, cause, doErr)
 	})
 	t.Run("close-during-do", func(t *testing.T) {
-		r := newRow(t, "S12 watchdog/close-during-do", "MUST", "Client.Close while Do's fn runs",
-			"fn ctx cancelled (cause ErrClosed); Close waits for Do; lock released")
-		e := newEnv(t, 5, nil)
-		c, err := redlock.New(e.direct(), redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(e.prefix))
-		if err != nil {
-			t.Fatal(err)
+		if !sub.runs("close-during-do") {
+			t.SkipNow()
 		}
-		d := needDo(t, r, c)
-		var cause error
-		var fnEnd, closeAt, closeDone time.Time
+		r := newRow(t, sub, "S12 watchdog/close-during-do", "MUST", "Client.Close while Do's fn runs",
+			"fn ctx cancelled (cause ErrClosed); Close waits for Do; lock released")
+		e := newEnv(t, sub, 5, nil)
+		c := e.lockClient(e.direct())
+		type ending struct {
+			cause error
+			at    time.Time
+		}
+		fnEnded := make(chan ending, 1)
 		doDone := make(chan error, 1)
 		held := make(chan struct{})
 		go func() {
-			doDone <- d.Do(context.Background(), "k", time.Second, func(ctx context.Context) error {
+			doDone <- c.Do(context.Background(), "k", time.Second, func(ctx context.Context) error {
 				close(held)
 				select {
 				case <-ctx.Done():
 				case <-time.After(3 * time.Second):
 				}
-				cause = context.Cause(ctx)
+				cause := context.Cause(ctx)
 				time.Sleep(20 * time.Millisecond) // fn winds down; Close must wait
-				fnEnd = time.Now()
+				fnEnded <- ending{cause, time.Now()}
 				return nil
 			})
 		}()
@@ -387,36 +400,39 @@ func TestS12WatchdogUnderFaults(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			t.Fatal("Do never ran fn")
 		}
-		closeAt = time.Now()
+		closeAt := time.Now()
 		c.Close()
-		closeDone = time.Now()
+		closeDone := time.Now()
+		var end ending
+		select {
+		case end = <-fnEnded:
+		default: // fn still runs: Close did not wait for it
+		}
+		r.must(!end.at.IsZero() && !closeDone.Before(end.at), "Close returned before Do's fn ended")
+		if end.at.IsZero() {
+			end = <-fnEnded
+		}
 		doErr := <-doDone
 		res := e.residual()
 		r.set("close_took", closeDone.Sub(closeAt))
 		r.set("residual_keys", res.Keys)
-		r.must(errors.Is(cause, redlock.ErrClosed), "fn's cause %v, want ErrClosed", cause)
-		r.must(!fnEnd.IsZero() && !closeDone.Before(fnEnd), "Close returned before Do's fn ended")
+		r.must(errors.Is(end.cause, redlock.ErrClosed), "fn's cause %v, want ErrClosed", end.cause)
 		r.must(res.Keys == 0, "%d lock keys left after Close during Do (Do err %v)", res.Keys, doErr)
 	})
 }
 
 func watchdogUnderFaults(t *testing.T, r *row, adjust func(*redis.Options)) {
-	e := newEnv(t, 5, nil)
+	e := newEnv(t, r.sub, 5, nil)
 	ms := e.mastersWith("", adjust)
 	warm(t, ms, 4)
-	before := libGoroutines()
-	c, err := redlock.New(ms, redlock.WithNodeTimeout(nodeTimeout), redlock.WithKeyPrefix(e.prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	d := needDo(t, r, c)
+	before := lockGoroutines()
+	c := e.lockClient(ms)
 	const ttl = time.Second
-	idle := libGoroutines()
+	idle := lockGoroutines()
 	var stopAt, cancelAt time.Time
 	var cause error
 	start := time.Now()
-	doErr := d.Do(context.Background(), "k", ttl, func(ctx context.Context) error {
+	doErr := c.Do(context.Background(), "k", ttl, func(ctx context.Context) error {
 		time.Sleep(ttl / 2)
 		e.stop(0, 1, 2)
 		stopAt = time.Now()
@@ -430,9 +446,9 @@ func watchdogUnderFaults(t *testing.T, r *row, adjust func(*redis.Options)) {
 	})
 	returned := time.Now()
 	e.cont(0, 1, 2)
-	afterDo := libGoroutinesAtMost(idle)
+	afterDo := lockGoroutinesAtMost(idle)
 	c.Close()
-	afterClose := libGoroutinesAtMost(before)
+	afterClose := lockGoroutinesAtMost(before)
 	r.set("cancelled_after_stop", cancelAt.Sub(stopAt))
 	r.set("do_returned_after_cancel", returned.Sub(cancelAt))
 	r.set("fn_ran", cancelAt.Sub(start))
@@ -450,12 +466,13 @@ func watchdogUnderFaults(t *testing.T, r *row, adjust func(*redis.Options)) {
 }
 
 // S14: the holder's process dies (SIGKILL) mid-work under Do.
-func TestS14HolderCrash(t *testing.T) {
-	r := newRow(t, "S14 holder-crash", "MUST", "worker process under Do SIGKILLed mid-work",
+func TestS14HolderCrash(t *testing.T) { holderCrash(t, library) }
+
+func holderCrash(t *testing.T, sub *subject) {
+	r := newRow(t, sub, "S14 holder-crash", "MUST", "worker process under Do SIGKILLed mid-work",
 		"another worker obtains within TTL + one retry delay; nothing else locked")
-	e := newEnv(t, 5, nil)
+	e := newEnv(t, sub, 5, nil)
 	b := e.lockClient(e.direct())
-	needDo(t, r, b)
 	const ttl = time.Second
 	const retry = 100 * time.Millisecond
 	w := startHolder(t, e, "k", ttl)
@@ -468,7 +485,7 @@ func TestS14HolderCrash(t *testing.T) {
 	w.cmd.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*ttl)
 	defer cancel()
-	lock, err := b.Obtain(ctx, "k", ttl, redlock.WithRetry(redlock.LinearBackoff(retry)))
+	lock, err := b.Obtain(ctx, "k", ttl, RetryEvery(retry))
 	after := time.Since(killAt)
 	r.set("obtained_after_kill", after)
 	if err == nil {
@@ -501,7 +518,7 @@ func startHolder(t *testing.T, e *env, key string, ttl time.Duration) *holder {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=holder", "CHAOS_ADDRS="+strings.Join(addrs, ","),
-		"CHAOS_KEY="+key, "CHAOS_PREFIX="+e.prefix, "CHAOS_TTL="+ttl.String())
+		"CHAOS_KEY="+key, "CHAOS_PREFIX="+e.prefix, "CHAOS_TTL="+ttl.String(), "CHAOS_MUTANT="+e.sub.mutant)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -528,20 +545,26 @@ func startHolder(t *testing.T, e *env, key string, ttl time.Duration) *holder {
 	return h
 }
 
-// wait returns the first line starting with prefix; the line's own
-// timestamp (the worker's wall clock) is used when it has one.
+// wait returns the first line starting with prefix, or fails the test.
 func (h *holder) wait(t *testing.T, prefix string, d time.Duration) line {
 	t.Helper()
+	l, ok := h.next(prefix, d)
+	if !ok {
+		t.Fatalf("no %s from the worker within %v", prefix, d)
+	}
+	return l
+}
+
+// next returns the first line starting with prefix within d; the line's
+// own timestamp (the worker's wall clock) is used when it has one.
+func (h *holder) next(prefix string, d time.Duration) (line, bool) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		select {
 		case l, ok := <-h.lines:
 			if !ok {
-				t.Fatalf("worker exited before %s", prefix)
-			}
-			if l.text == "NODO" {
-				t.Skip("needs Client.Do")
+				return line{}, false
 			}
 			if !strings.HasPrefix(l.text, prefix) {
 				continue
@@ -551,20 +574,21 @@ func (h *holder) wait(t *testing.T, prefix string, d time.Duration) line {
 					l.at = time.Unix(0, ns)
 				}
 			}
-			return l
+			return l, true
 		case <-timer.C:
-			t.Fatalf("no %s from the worker within %v", prefix, d)
+			return line{}, false
 		}
 	}
 }
 
 // S1 with Do: workers take the hot key through Do (watchdog on), each
 // critical section a lost-update increment.
-func TestS01HotKeyDo(t *testing.T) {
-	r := newRow(t, "S1 hot-key/do-32", "MUST", "none; N=5, 32 workers, one key, through Do", "cs=lost=0")
-	e := newEnv(t, 5, nil)
+func TestS01HotKeyDo(t *testing.T) { hotKeyDo(t, library) }
+
+func hotKeyDo(t *testing.T, sub *subject) {
+	r := newRow(t, sub, "S1 hot-key/do-32", "MUST", "none; N=5, 32 workers, one key, through Do, each holds 1ms", "cs=lost=0")
+	e := newEnv(t, sub, 5, nil)
 	c := e.lockClient(e.direct())
-	d := needDo(t, r, c)
 	ledger, counter := &Ledger{}, &Counter{}
 	var mu sync.Mutex
 	var tries, done, notObtained int
@@ -575,13 +599,13 @@ func TestS01HotKeyDo(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; i < 1000 && time.Now().Before(deadline); i++ {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				err := d.Do(ctx, "hot", time.Second, func(ctx context.Context) error {
+				err := c.Do(ctx, "hot", time.Second, func(ctx context.Context) error {
 					start := time.Now()
 					counter.Increment(time.Millisecond)
 					end := time.Now()
 					ledger.Record(Interval{Key: "hot", Holder: fmt.Sprintf("w%d-%d", w, i), Start: start, End: end, ValidUntil: end})
 					return nil
-				}, redlock.WithRetry(redlock.LinearBackoff(5*time.Millisecond)))
+				}, RetryEvery(5*time.Millisecond))
 				cancel()
 				mu.Lock()
 				tries++

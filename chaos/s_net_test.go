@@ -12,16 +12,21 @@ import (
 
 // S6: the replies of 2/5 masters are lost (their SET lands, the client
 // never hears back); variant: the requests are lost instead.
-func TestS06ReplyLost(t *testing.T) {
+func TestS06ReplyLost(t *testing.T) { replyLost(t, library) }
+
+func replyLost(t *testing.T, sub *subject) {
 	for _, stream := range []string{"downstream", "upstream"} {
+		if !sub.runs(stream) {
+			continue
+		}
 		t.Run(stream, func(t *testing.T) {
 			what := "replies lost: SET lands"
 			if stream == "upstream" {
 				what = "requests lost"
 			}
-			r := newRow(t, "S6 reply-lost/"+stream, "MUST", "toxiproxy timeout "+stream+" on 2/5 ("+what+")",
-				"obtain ok via 3; residual<=TTL, 0 after; safety 0")
-			e := newEnv(t, 5, nil)
+			r := newRow(t, sub, "S6 reply-lost/"+stream, "MUST", "toxiproxy timeout "+stream+" on 2/5 ("+what+"); node timeout 50ms; 4 workers hold one key 2ms each",
+				"obtain ok via 3, p50<=nt/4, p90<nt; no key a TTL after; safety 0")
+			e := newEnv(t, sub, 5, nil)
 			ms := e.masters("w")
 			warm(t, ms, 8)
 			c := e.lockClient(ms)
@@ -39,7 +44,7 @@ func TestS06ReplyLost(t *testing.T) {
 				}
 			}
 			l := &load{c: c, key: "hot", ttl: ttl, workers: 4, dur: 1200 * time.Millisecond,
-				retry: redlock.LinearBackoff(20 * time.Millisecond), obtainTimeout: 300 * time.Millisecond, hold: 2 * time.Millisecond}
+				retry: 20 * time.Millisecond, obtainTimeout: 300 * time.Millisecond, hold: 2 * time.Millisecond}
 			done := make(chan *loadStats)
 			go func() { done <- l.run(context.Background()) }()
 			var ok, tries, relErr, landed int
@@ -81,9 +86,11 @@ func TestS06ReplyLost(t *testing.T) {
 			time.Sleep(time.Until(lastOp.Add(ttl + 100*time.Millisecond)))
 			later := e.residual()
 			p50, _, mx := Quantiles(lats)
+			p90 := Quantile(lats, 0.9)
 			r.set("obtains", tries)
 			r.set("obtained", ok)
 			r.set("obtain_p50", p50)
+			r.set("obtain_p90", p90)
 			r.set("obtain_max", mx)
 			r.set("release_err", relErr)
 			r.set("residual_keys", res.Keys)
@@ -93,16 +100,21 @@ func TestS06ReplyLost(t *testing.T) {
 			st := safety(r, l.ledger, l.counter, nil)
 			mustSafe(r, st, l.counter)
 			r.must(mostly(ok, tries), "obtained %d of %d with 3/5 healthy, want >= 90%%", ok, tries)
-			r.must(mx <= nodeTimeout+slack, "obtain max %v, want <= %v (returns at quorum)", mx, nodeTimeout+slack)
-			r.must(res.MaxPTTL <= ttl && res.NoExpiry == 0, "residual max PTTL %v, want <= %v", res.MaxPTTL, ttl)
-			r.must(later.Keys == 0, "%d keys left a TTL after the last release", later.Keys)
+			// Returns at quorum: an Obtain that waited for the silent masters
+			// would take the node timeout every time.
+			r.must(p50 <= nodeTimeout/4 && p90 < nodeTimeout, "obtain p50 %v, p90 %v, want <= %v and < %v (returns at quorum)", p50, p90, nodeTimeout/4, nodeTimeout)
+			// Unanswered SETs that landed expire with their TTL; a key without
+			// an expiry never would.
+			r.must(later.Keys == 0 && later.NoExpiry+res.NoExpiry == 0, "lock keys a TTL after the last release: %d (without expiry: %d then, %d at the heal)", later.Keys, later.NoExpiry, res.NoExpiry)
 		})
 	}
 }
 
 // S7: latency on 2/5 or 3/5 masters, swept below and above the node timeout.
-func TestS07SlowNetwork(t *testing.T) {
-	e := newEnv(t, 5, nil)
+func TestS07SlowNetwork(t *testing.T) { slowNetwork(t, library) }
+
+func slowNetwork(t *testing.T, sub *subject) {
+	e := newEnv(t, sub, 5, nil)
 	ms := e.masters("w")
 	warm(t, ms, 8)
 	c := e.lockClient(ms)
@@ -112,7 +124,7 @@ func TestS07SlowNetwork(t *testing.T) {
 	// A hot key under contention for the whole sweep: safety throughout.
 	bg, stopBg := context.WithCancel(context.Background())
 	l := &load{c: c, key: "hot", ttl: ttl, workers: 4, dur: time.Minute, maxIter: 2000,
-		retry: redlock.LinearBackoff(20 * time.Millisecond), obtainTimeout: 300 * time.Millisecond, hold: 2 * time.Millisecond}
+		retry: 20 * time.Millisecond, obtainTimeout: 300 * time.Millisecond, hold: 2 * time.Millisecond}
 	done := make(chan *loadStats)
 	go func() { done <- l.run(bg) }()
 
@@ -148,17 +160,21 @@ func TestS07SlowNetwork(t *testing.T) {
 
 	for _, slow := range []int{2, 3} {
 		for _, L := range []time.Duration{10 * time.Millisecond, nodeTimeout / 2, 2 * nodeTimeout} {
-			t.Run(fmt.Sprintf("%dof5-%v", slow, L), func(t *testing.T) {
+			name := fmt.Sprintf("%dof5-%dms", slow, L.Milliseconds())
+			if !sub.runs(name) {
+				continue
+			}
+			t.Run(name, func(t *testing.T) {
 				var expected string
 				switch {
 				case slow == 2:
-					expected = "latency ~ baseline (returns at quorum)"
+					expected = "p50 <= baseline + min(L, nt)/2 (returns at quorum)"
 				case L < nodeTimeout:
 					expected = "ok; validity <= ttl-L-drift"
 				default:
 					expected = "ErrNotObtained within node timeout"
 				}
-				r := newRow(t, fmt.Sprintf("S7 slow-network/%dof5-%dms", slow, L.Milliseconds()), "MUST",
+				r := newRow(t, sub, "S7 slow-network/"+name, "MUST",
 					fmt.Sprintf("latency %v on %d/5 (node timeout %v)", L, slow, nodeTimeout), expected)
 				r.sharedEnv = true
 				for i := 5 - slow; i < 5; i++ {
@@ -211,7 +227,10 @@ func TestS07SlowNetwork(t *testing.T) {
 				switch {
 				case slow == 2:
 					r.must(mostly(ok, len(ss)), "obtained %d of %d", ok, len(ss))
-					r.must(p50 <= base+10*time.Millisecond || p50 < L, "p50 %v with 2/5 slow by %v, baseline %v", p50, L, base)
+					// An Obtain that waited for the slow masters would take L, or
+					// the node timeout when L is longer.
+					w := min(L, nodeTimeout)
+					r.must(p50 <= base+w/2, "p50 %v with 2/5 slow by %v, baseline %v: want <= baseline + %v (returns at quorum)", p50, L, base, w/2)
 				case L < nodeTimeout:
 					if L <= nodeTimeout/5 {
 						r.must(mostly(ok, len(ss)), "obtained %d of %d with 3/5 slow by %v < node timeout", ok, len(ss), L)
@@ -233,10 +252,16 @@ func TestS07SlowNetwork(t *testing.T) {
 			})
 		}
 	}
+	if sub.only == "hot-key" {
+		time.Sleep(time.Second) // the hot key alone
+	}
 	stopBg()
 	s := <-done
+	if !sub.runs("hot-key") {
+		return
+	}
 	t.Run("hot-key-throughout", func(t *testing.T) {
-		r := newRow(t, "S7 slow-network/hot-key", "MUST", "the whole sweep, 4 workers on one key", "safety 0")
+		r := newRow(t, sub, "S7 slow-network/hot-key", "MUST", "the whole sweep, 4 workers on one key, each holds 2ms", "safety 0")
 		r.sharedEnv = true
 		s.report(r)
 		mustSafe(r, safety(r, l.ledger, l.counter, nil), l.counter)

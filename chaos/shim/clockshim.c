@@ -5,9 +5,9 @@
 //	gcc -O2 -shared -fPIC -o clockshim.so clockshim.c
 //
 // It calls the kernel with raw syscalls only: no malloc, no dlsym. That is
-// what keeps it working under jemalloc, where libfaketime recurses and hangs
-// (see shared/CHAOS.md §4). The monotonic clocks are left alone on purpose:
-// Redis computes key expiry from the wall clock.
+// what keeps it working under jemalloc (Debian's redis-server), where
+// libfaketime recurses into malloc and hangs. The monotonic clocks are left
+// alone on purpose: Redis computes key expiry from the wall clock.
 //
 // Control file (CLOCKSHIM_FILE), little-endian int64s, written in place by
 // the test (never truncated: the file is mapped):

@@ -1,0 +1,1211 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/redlock-go/redlock"
+)
+
+// The adversary (S15): many clients, each with its own proxies as separate
+// processes would have, Obtain, Extend (shorter and longer TTLs), KeepAlive,
+// Do and Release a few keys while a scheduler opens fault windows of a few
+// milliseconds to a second: a delay or a stall on one direction of one
+// client's connections to some masters, a connection drop, a master frozen,
+// a client paused between two steps, a client closed and replaced. Every
+// choice comes from one seed: the seed is printed, -chaos.seed reruns it,
+// and a seed that found a defect joins adversarySeeds.
+var (
+	flagSeed     = flag.Uint64("chaos.seed", 0, "run the adversary (S15) with this seed only")
+	flagDuration = flag.Duration("chaos.duration", 0, "how long the adversary's run lasts (default 15s; the regression seeds 6s each)")
+	flagPanics   = flag.Bool("chaos.panics", false, "let the adversary make go-redis hooks panic (before the library recovers them, a panic on a lane's worker ends the process)")
+)
+
+// adversarySeeds are seeds that found defects in the library within
+// adversaryRegressionRun; each must now run clean. What each found, before
+// the library's fixes:
+//   - 3: two holders of s1 at once (overlaps), after a failed shorter Extend
+//     left its old validity (stale_validity_after_failed_extend); an Extend
+//     that succeeded on a request run after the validity ended
+//     (extend_success_after_validity); a single-master Obtain 159ms past its
+//     context (past_ctx).
+//   - 15: close_over_bound, extend_success_after_validity,
+//     stale_validity_after_failed_extend, and KeepAlive's context ended
+//     late (watchdog_late).
+var adversarySeeds = []uint64{3, 15}
+
+const (
+	adversaryRun           = 15 * time.Second
+	adversaryRegressionRun = 6 * time.Second
+)
+
+func TestS15Adversary(t *testing.T) {
+	if *flagSeed != 0 {
+		adversary(t, library, advConfig{seed: *flagSeed, dur: orDefault(*flagDuration, adversaryRun), panics: *flagPanics}, "seed")
+		return
+	}
+	seed := rand.Uint64()%1_000_000 + 1
+	adversary(t, library, advConfig{seed: seed, dur: orDefault(*flagDuration, adversaryRun), panics: *flagPanics}, "random")
+	for _, s := range adversarySeeds {
+		adversary(t, library, advConfig{seed: s, dur: adversaryRegressionRun}, "regression")
+	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+type advConfig struct {
+	seed   uint64
+	dur    time.Duration
+	panics bool
+	// Optional sizes (0: the defaults, -1: none).
+	redlockClients, singleClients, actors int
+	// weights of the fault kinds, programs and steps (nil: the defaults).
+	weights, programs, steps map[string]int
+	// latency bounds a delay window's latency (zero: 1ms to 800ms).
+	latency [2]time.Duration
+	// keys is how many keys each kind of client shares (0: 4 for Redlock, 3
+	// for single-instance clients).
+	keys int
+}
+
+// defaultWeights are how often the scheduler picks each kind of window.
+var defaultWeights = map[string]int{"delay": 30, "stall": 15, "reset": 5, "drop": 10, "freeze": 15, "pause": 10, "restart": 5, "hook_panic": 3, "quiet": 7}
+
+// faultKinds is the order the scheduler draws in.
+var faultKinds = []string{"delay", "stall", "reset", "drop", "freeze", "pause", "restart", "hook_panic", "quiet"}
+
+// defaultPrograms are how often an actor runs each program: Obtain, steps
+// by hand, Release; the same with KeepAlive renewing meanwhile; Do.
+var defaultPrograms = map[string]int{"byhand": 5, "keepalive": 2, "do": 3}
+
+// defaultSteps are how often a held lock takes each step: Extend now;
+// Extend at the last moment (within half a node timeout of the validity's
+// end);
+// work (a fenced write while valid); a pause, sometimes past the validity;
+// work under the watchdog (KeepAlive only).
+var defaultSteps = map[string]int{"extend": 4, "last-moment": 2, "work": 2, "pause": 1, "watch": 5}
+
+// draw picks one of order by weights (those in skip do not count).
+func draw(rng *rand.Rand, weights map[string]int, order []string, skip ...string) string {
+	total := 0
+	for _, k := range order {
+		if !slices.Contains(skip, k) {
+			total += weights[k]
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	n := rng.IntN(total)
+	for _, k := range order {
+		if slices.Contains(skip, k) {
+			continue
+		}
+		if n -= weights[k]; n < 0 {
+			return k
+		}
+	}
+	return ""
+}
+
+// adversary runs one seed as a subtest and its row.
+func adversary(t *testing.T, sub *subject, cfg advConfig, what string) {
+	t.Run(fmt.Sprintf("%s-%d", what, cfg.seed), func(t *testing.T) {
+		t.Logf("adversary seed %d (rerun: go test -race -run 'TestS15Adversary' . -args -chaos.seed=%d -chaos.duration=%v)", cfg.seed, cfg.seed, cfg.dur)
+		r := newRow(t, sub, fmt.Sprintf("S15 adversary/%s-%d", what, cfg.seed), "MUST",
+			fmt.Sprintf("seed %d, %v: delays, stalls, drops, resets per client and direction; freezes; pauses; client restarts", cfg.seed, cfg.dur),
+			"no overlap of believed validity; no Extend after the validity; fences increase; no key re-taken after its release; Close, ctx bounded; no goroutine left")
+		leaks := goleak.IgnoreCurrent()
+		t.Cleanup(func() {
+			// toxiproxy leaves a stub goroutine behind now and then when a
+			// toxic goes while its link closes: its own, not the lock's.
+			if err := goleak.Find(leaks, goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"),
+				goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).read"),
+				goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).write")); err != nil {
+				r.must(false, "goroutines left after the run: %v", err)
+			}
+		})
+		runAdversary(t, r, cfg)
+	})
+}
+
+// lateCount is how many calls outlasted their bound. The caller holds a.mu.
+func (a *advRun) lateCount() int {
+	n := 0
+	for _, v := range a.lateBy {
+		n += v.count
+	}
+	return n
+}
+
+type lateness struct {
+	count int
+	max   time.Duration
+}
+
+// An advClient is one client process: its proxies, its go-redis clients
+// and its current lock, replaced when the adversary restarts it.
+type advClient struct {
+	name   string
+	single bool
+	nt     time.Duration
+	def    bool // user-default go-redis clients (1s timeouts, no context deadlines on sockets)
+	ms     []redis.UniversalClient
+	px     []*Proxy
+	hooks  []*panicHook
+	keys   []string
+	ttls   []time.Duration
+	quorum int
+
+	mu      sync.Mutex
+	lk      Locker
+	gen     int
+	pausers int
+	paused  chan struct{} // closed while not paused
+}
+
+func (c *advClient) locker() (Locker, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lk, c.gen
+}
+
+// wait blocks while the client is paused, or until done.
+func (c *advClient) wait(done <-chan struct{}) {
+	c.mu.Lock()
+	ch := c.paused
+	c.mu.Unlock()
+	select {
+	case <-ch:
+	case <-done:
+	}
+}
+
+func (c *advClient) pause(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on {
+		if c.pausers++; c.pausers == 1 {
+			c.paused = make(chan struct{})
+		}
+		return
+	}
+	if c.pausers--; c.pausers == 0 {
+		close(c.paused)
+	}
+}
+
+// panicHook makes the next command through its client panic, when armed.
+type panicHook struct{ armed atomic.Bool }
+
+func (h *panicHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.CompareAndSwap(true, false) {
+			panic("chaos: a go-redis hook panicked")
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.CompareAndSwap(true, false) {
+			panic("chaos: a go-redis hook panicked")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// advRun is one run's shared state.
+type advRun struct {
+	e       *env
+	cfg     advConfig
+	clients []*advClient
+	hist    History
+	res     FencedResource
+	w       *Witness
+	stop    chan struct{} // closed when the actors are to wind down
+	wind    context.Context
+
+	mu       sync.Mutex
+	ops      map[string]int
+	faults   map[string]int
+	errs     map[string]string   // an example of each unexpected error, by op
+	late     []string            // calls that outlasted their context
+	lateBy   map[string]lateness // by client and call
+	maxLate  map[string]time.Duration
+	closes   []time.Duration
+	slowShut []string // Close calls over their bound
+	panics   []string
+	doSeq    int
+}
+
+func (a *advRun) count(op, outcome string) {
+	a.mu.Lock()
+	a.ops[op+"."+outcome]++
+	a.mu.Unlock()
+}
+
+func (a *advRun) fault(kind string) {
+	a.mu.Lock()
+	a.faults[kind]++
+	a.mu.Unlock()
+}
+
+// outcome names err for the counts, and keeps an example of an error no
+// lock should return.
+func (a *advRun) outcome(op string, err error) string {
+	var qe *redlock.QuorumError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, redlock.ErrClosed):
+		return "closed"
+	case errors.Is(err, redlock.ErrLockLost):
+		return "lost"
+	case errors.Is(err, redlock.ErrNotObtained):
+		return "not_obtained"
+	case errors.As(err, &qe), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "failed"
+	}
+	a.mu.Lock()
+	if _, ok := a.errs[op]; !ok {
+		a.errs[op] = err.Error()
+	}
+	a.mu.Unlock()
+	return "other"
+}
+
+// deadline checks that a call returned within bound of its context's
+// deadline.
+func (a *advRun) deadline(c *advClient, op string, ctx context.Context, returned time.Time, bound time.Duration) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return
+	}
+	late := returned.Sub(d)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.maxLate[op] = max(a.maxLate[op], late)
+	if late > bound {
+		k := c.name + " " + op
+		n := a.lateBy[k]
+		a.lateBy[k] = lateness{n.count + 1, max(n.max, late)}
+		if len(a.late) < 100 {
+			a.late = append(a.late, fmt.Sprintf("%s %s returned %v after its context's deadline (bound %v)", c.name, op, late.Round(time.Millisecond), bound))
+		}
+	}
+}
+
+func runAdversary(t *testing.T, r *row, cfg advConfig) {
+	rng := rand.New(rand.NewPCG(cfg.seed, 0x5eed))
+	nRed, nSingle, nActors := cmpInt(cfg.redlockClients, 4), cmpInt(cfg.singleClients, 2), cmpInt(cfg.actors, 3)
+	r.set("clients_redlock", nRed)
+	r.set("clients_single", nSingle)
+	r.set("actors_per_client", nActors)
+	e := newEnv(t, r.sub, 5, nil)
+	a := &advRun{e: e, cfg: cfg, stop: make(chan struct{}), ops: map[string]int{}, faults: map[string]int{},
+		errs: map[string]string{}, maxLate: map[string]time.Duration{}, lateBy: map[string]lateness{}}
+	w := e.witness()
+	a.w = w
+	direct := e.direct()
+
+	// Clients: each draws its node timeout, its go-redis settings and its
+	// TTLs from the seed.
+	for i := range nRed + nSingle {
+		c := &advClient{name: fmt.Sprintf("c%d", i), single: i >= nRed, paused: make(chan struct{})}
+		close(c.paused)
+		c.nt = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond}[rng.IntN(4)]
+		c.def = rng.IntN(3) == 0
+		for _, f := range []int{3, 8} {
+			c.ttls = append(c.ttls, time.Duration(f)*c.nt)
+		}
+		ps := e.group(c.name)
+		n := 5
+		if c.single {
+			ps, n = ps[:1], 1
+			for k := range cmpInt(cfg.keys, 3) {
+				c.keys = append(c.keys, fmt.Sprintf("s%d", k))
+			}
+		} else {
+			for k := range cmpInt(cfg.keys, 4) {
+				c.keys = append(c.keys, fmt.Sprintf("r%d", k))
+			}
+		}
+		c.px, c.quorum = ps, n/2+1
+		for _, p := range ps {
+			h := &panicHook{}
+			m := e.client(p.Addr(), func(o *redis.Options) {
+				if c.def {
+					defaultClient(o)
+				} else {
+					o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = 2*c.nt, 2*c.nt, 2*c.nt, 2*c.nt
+				}
+			})
+			m.AddHook(h)
+			c.ms = append(c.ms, m)
+			c.hooks = append(c.hooks, h)
+		}
+		warm(t, c.ms, 2)
+		c.lk = e.locker(c.ms, LockConfig{NodeTimeout: c.nt, Fencing: true})
+		a.clients = append(a.clients, c)
+		r.note("%s: %s, node timeout %v, TTLs %v, %s go-redis clients", c.name, map[bool]string{true: "single master 0", false: "Redlock over 5"}[c.single],
+			c.nt, c.ttls, map[bool]string{true: "user-default", false: "suite"}[c.def])
+	}
+
+	var heap atomic.Uint64
+	wind, windDown := context.WithCancel(context.Background())
+	a.wind = wind
+	var actors sync.WaitGroup
+	start := time.Now()
+	for i, c := range a.clients {
+		for j := range nActors {
+			act := &advActor{a: a, c: c, rng: rand.New(rand.NewPCG(cfg.seed, uint64(i*16+j))), id: fmt.Sprintf("%s.%d", c.name, j)}
+			actors.Go(act.run)
+		}
+	}
+	sched := &advScheduler{a: a, rng: rand.New(rand.NewPCG(cfg.seed, 0xfa17))}
+	var bg sync.WaitGroup
+	bg.Go(func() { sched.run(start.Add(cfg.dur)) })
+	bg.Go(func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			heap.Store(max(heap.Load(), ms.HeapInuse))
+			w.Prune(30 * time.Second)
+			select {
+			case <-a.stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+
+	if r.Mutant == "" {
+		time.Sleep(time.Until(start.Add(cfg.dur)))
+	} else {
+		// A mutant's run ends once its check has failed (after at least 1s),
+		// or at cfg.dur.
+		for time.Now().Before(start.Add(cfg.dur)) {
+			time.Sleep(250 * time.Millisecond)
+			if time.Since(start) > time.Second && a.caught(r.sub.expect) {
+				r.note("stopped after %v: the check failed", time.Since(start).Round(time.Millisecond))
+				break
+			}
+		}
+	}
+	healAt := time.Now()
+	close(a.stop) // the scheduler heals every window; the actors wind down
+	windDown()
+	bg.Wait()
+	done := make(chan struct{})
+	go func() { actors.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		r.must(false, "actors still running 30s after the faults stopped")
+		buf := make([]byte, 1<<20)
+		t.Fatalf("actors stuck:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	windDownTook := time.Since(healAt)
+	for _, c := range a.clients {
+		lk, _ := c.locker()
+		a.closeBounded(c, lk)
+	}
+
+	// Let the masters run what is left, and the witness catch up.
+	time.Sleep(100 * time.Millisecond)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := e.syncWitness(sctx, w)
+	cancel()
+	if err != nil {
+		r.must(false, "the witness did not catch up: %v", err)
+	}
+	a.finish(r, healAt, windDownTook, heap.Load(), direct)
+}
+
+// lockStacks sums up the lock's goroutines: each one's innermost frame
+// of the lock and its state, with counts.
+func lockStacks() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := map[string]int{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		lines := strings.Split(g, "\n")
+		state := lines[0]
+		if i := strings.IndexByte(state, '['); i >= 0 {
+			state = strings.TrimSuffix(state[i+1:], "]:")
+		}
+		for j, l := range lines[1:] {
+			if slices.ContainsFunc(lockFrames, func(p string) bool { return strings.HasPrefix(l, p) }) {
+				fn, _, _ := strings.Cut(l, "(0x")
+				fn, _, _ = strings.Cut(fn, "(...)")
+				if j+2 < len(lines) { // the file:line under the frame
+					at := strings.TrimSpace(lines[j+2])
+					at, _, _ = strings.Cut(at, " +")
+					fn += " " + at[strings.LastIndexByte(at, '/')+1:]
+				}
+				n[fn+" ["+state+"]"]++
+				break
+			}
+		}
+	}
+	var parts []string
+	for k, v := range n {
+		parts = append(parts, fmt.Sprintf("%dx %s", v, strings.TrimPrefix(k, "github.com/redlock-go/redlock.")))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
+}
+
+func orMap(m, def map[string]int) map[string]int {
+	if m == nil {
+		return def
+	}
+	return m
+}
+
+// cmpInt is v, def when v is 0, and 0 when v is negative.
+func cmpInt(v, def int) int {
+	switch {
+	case v > 0:
+		return v
+	case v < 0:
+		return 0
+	}
+	return def
+}
+
+// closeBounded closes lk and checks it returned within its bound: the
+// requests in flight (the node timeout, or the go-redis read timeout of
+// user-default clients), a Do's release and fn's exit.
+func (a *advRun) closeBounded(c *advClient, lk Locker) {
+	bound := 3*c.nt + slack
+	if c.def {
+		bound += time.Second
+	}
+	t0 := time.Now()
+	done := make(chan struct{})
+	go func() { lk.Close(); close(done) }()
+	var took time.Duration
+	var waiting string
+	select {
+	case <-done:
+	case <-time.After(bound):
+		waiting = lockStacks() // what Close waits for, past its bound
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	took = time.Since(t0)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closes = append(a.closes, took)
+	if took > bound {
+		a.slowShut = append(a.slowShut, fmt.Sprintf("%s Close took %v (bound %v); lock goroutines at the bound: %s", c.name, took.Round(time.Millisecond), bound, waiting))
+	}
+}
+
+// restart closes the client's lock and gives it a new one over the same
+// go-redis clients.
+func (a *advRun) restart(c *advClient) {
+	c.mu.Lock()
+	old := c.lk
+	c.mu.Unlock()
+	a.closeBounded(c, old)
+	lk := a.e.locker(c.ms, LockConfig{NodeTimeout: c.nt, Fencing: true})
+	c.mu.Lock()
+	c.lk, c.gen = lk, c.gen+1
+	c.mu.Unlock()
+}
+
+// finish checks the history, scans the masters and fills the row.
+func (a *advRun) finish(r *row, healAt time.Time, windDown time.Duration, heap uint64, direct []redis.UniversalClient) {
+	holds := a.hist.Holds()
+	f := Check(holds, a.w, slack)
+
+	// Keys left: a key holding the token of a lock whose Release returned
+	// nil, which the master wrote again after it ran that release.
+	released := map[string]*Hold{}
+	for _, h := range holds {
+		if h.Released {
+			released[h.Token] = h
+		}
+	}
+	recreated, leftReleased := 0, 0
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for m, c := range direct {
+		keys, _ := c.Keys(ctx, a.e.prefix+"*").Result()
+		for _, k := range keys {
+			tok, err := c.Get(ctx, k).Result()
+			if err != nil || released[tok] == nil {
+				continue
+			}
+			leftReleased++
+			if RecreatedAfterRelease(a.w, tok, m) {
+				recreated++
+				f.example("key after release: master %d holds %s for %s, re-created after its release ran there", m, k, released[tok].Client)
+			}
+		}
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var opNames []string
+	for k := range a.ops {
+		opNames = append(opNames, k)
+	}
+	sort.Strings(opNames)
+	total := 0
+	for _, k := range opNames {
+		r.set("op_"+strings.ReplaceAll(k, ".", "_"), a.ops[k])
+		total += a.ops[k]
+	}
+	r.set("ops", total)
+	var faultNames []string
+	windows := 0
+	for k := range a.faults {
+		faultNames = append(faultNames, k)
+	}
+	sort.Strings(faultNames)
+	for _, k := range faultNames {
+		r.set("fault_"+k, a.faults[k])
+		windows += a.faults[k]
+	}
+	r.set("fault_windows", windows)
+	for _, fig := range f.Figures() {
+		r.set(fig.Name, fig.Value)
+	}
+	r.set("keys_after_release", recreated)
+	r.set("released_keys_left", leftReleased)
+	fs := a.res.Stats()
+	r.set("fenced_writes", fs.Accepted)
+	r.set("stale_writes_rejected", fs.StaleRejected)
+	r.set("close_calls", len(a.closes))
+	if len(a.closes) > 0 {
+		r.set("close_max", slices.Max(a.closes))
+	}
+	for _, op := range []string{"obtain", "extend", "release", "do"} {
+		if v, ok := a.maxLate[op]; ok {
+			r.set("past_ctx_max_"+op, v)
+		}
+	}
+	r.set("op_panics", len(a.panics))
+	r.set("wind_down", windDown)
+	r.set("heap_max_mb", math.Round(float64(heap)/(1<<20)))
+	r.set("witness_lines", a.w.Lines())
+	unsticks := 0
+	for _, c := range a.clients {
+		for _, p := range c.px {
+			unsticks += p.Unsticks()
+		}
+	}
+	if unsticks > 0 {
+		r.set("toxiproxy_unsticks", unsticks)
+		r.note("toxiproxy wedged %d times changing a toxic; the proxy's connections were cut to free it", unsticks)
+	}
+	for _, ex := range f.Examples {
+		r.note("%s", ex)
+	}
+	for op, e := range a.errs {
+		r.note("unexpected %s error: %s", op, e)
+	}
+	for _, l := range a.late[:min(len(a.late), 5)] {
+		r.note("%s", l)
+	}
+	if len(a.lateBy) > 0 {
+		var by []string
+		for k, v := range a.lateBy {
+			by = append(by, fmt.Sprintf("%s: %d, at most %v", k, v.count, v.max.Round(time.Millisecond)))
+		}
+		sort.Strings(by)
+		r.note("calls past their context's deadline by more than their bound, by client: %s", strings.Join(by, "; "))
+	}
+	for _, s := range a.slowShut {
+		r.note("%s", s)
+	}
+	for _, p := range a.panics[:min(len(a.panics), 3)] {
+		r.note("panic: %s", p)
+	}
+
+	for _, v := range a.verdicts(f, recreated) {
+		r.must(v.ok, "%s", v.msg)
+	}
+	r.set("unexpected_errors", len(a.errs))
+}
+
+type verdict struct {
+	ok  bool
+	msg string
+}
+
+// verdicts are the run's MUST checks, over the findings so far and the
+// keys re-created after their release. The caller holds a.mu.
+func (a *advRun) verdicts(f Findings, recreated int) []verdict {
+	return []verdict{
+		{f.Holds > 0 && a.ops["extend.ok"] > 0 && a.ops["release.ok"] > 0, fmt.Sprintf("the run did too little to check: %d holds, %d extends, %d releases", f.Holds, a.ops["extend.ok"], a.ops["release.ok"])},
+		{f.Overlaps == 0, fmt.Sprintf("overlaps=%d: two holders of one key with validity at the same instant", f.Overlaps)},
+		{f.StaleAfterFailedExtend == 0, fmt.Sprintf("stale_validity_after_failed_extend=%d: a failed Extend left a validity past what it set", f.StaleAfterFailedExtend)},
+		{f.ExtendAfterLapse == 0, fmt.Sprintf("extend_after_lapse=%d: an Extend succeeded after Validity() read 0", f.ExtendAfterLapse)},
+		{f.ExtendSuccessAfterValidity == 0, fmt.Sprintf("extend_success_after_validity=%d: an Extend succeeded on requests run after the validity ended", f.ExtendSuccessAfterValidity)},
+		{f.FenceRegressions == 0, fmt.Sprintf("fence_regressions=%d", f.FenceRegressions)},
+		{f.Revivals == 0, fmt.Sprintf("revivals=%d: a lock's validity came back after reading 0", f.Revivals)},
+		{f.WatchdogLate == 0, fmt.Sprintf("watchdog_late=%d: KeepAlive's context ended more than %v after the validity", f.WatchdogLate, slack)},
+		{f.RetakeAfterRelease == 0, fmt.Sprintf("retake_after_release=%d: a master re-took a key after running its release", f.RetakeAfterRelease)},
+		{f.ReleaseWithoutQuorum == 0, fmt.Sprintf("release_without_quorum=%d: Release returned nil without a quorum running it", f.ReleaseWithoutQuorum)},
+		{recreated == 0, fmt.Sprintf("keys_after_release=%d: keys of released locks left after the faults stopped", recreated)},
+		{len(a.slowShut) == 0, fmt.Sprintf("close_over_bound=%d: Close took longer than its bound", len(a.slowShut))},
+		{a.lateCount() == 0, fmt.Sprintf("past_ctx=%d calls outlasted their context by more than the slack", a.lateCount())},
+		{len(a.panics) == 0, fmt.Sprintf("op_panics=%d", len(a.panics))},
+	}
+}
+
+// caught reports whether a check whose message contains expect has failed
+// on the holds so far: a mutant's run can stop there.
+func (a *advRun) caught(expect string) bool {
+	f := Check(a.hist.Holds(), a.w, slack)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range a.verdicts(f, 0) {
+		if !v.ok && strings.Contains(v.msg, expect) {
+			return true
+		}
+	}
+	return false
+}
+
+// An advActor is one goroutine of a client, running programs of lock calls
+// on the client's keys.
+type advActor struct {
+	a      *advRun
+	c      *advClient
+	rng    *rand.Rand
+	id     string
+	closed bool // the last call found the client closed
+}
+
+// outcome is advRun.outcome, noting a closed client.
+func (x *advActor) outcome(op string, err error) string {
+	o := x.a.outcome(op, err)
+	if o == "closed" {
+		x.closed = true
+	}
+	return o
+}
+
+func (x *advActor) pick(ds ...time.Duration) time.Duration { return ds[x.rng.IntN(len(ds))] }
+
+func (x *advActor) stopping() bool {
+	select {
+	case <-x.a.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (x *advActor) run() {
+	for !x.stopping() {
+		x.c.wait(x.a.stop)
+		lk, gen := x.c.locker()
+		if x.closed {
+			// The client is being replaced: wait for the new one.
+			for g := gen; g == gen && !x.stopping(); _, g = x.c.locker() {
+				x.sleep(5 * time.Millisecond)
+			}
+			x.closed = false
+			continue
+		}
+		key := x.c.keys[x.rng.IntN(len(x.c.keys))]
+		ttl := x.c.ttls[x.rng.IntN(len(x.c.ttls))]
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					x.a.mu.Lock()
+					x.a.panics = append(x.a.panics, fmt.Sprint(p))
+					x.a.mu.Unlock()
+				}
+			}()
+			switch draw(x.rng, orMap(x.a.cfg.programs, defaultPrograms), []string{"byhand", "keepalive", "do"}) {
+			case "byhand":
+				x.byHand(lk, key, ttl, false)
+			case "keepalive":
+				x.byHand(lk, key, ttl, true)
+			case "do":
+				x.do(lk, key, ttl)
+			}
+		}()
+		time.Sleep(time.Duration(1+x.rng.IntN(5)) * time.Millisecond)
+	}
+}
+
+// sleep waits d, or less when the run winds down; false when it did.
+func (x *advActor) sleep(d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-x.a.stop:
+		return false
+	}
+}
+
+func (x *advActor) obtain(lk Locker, key string, ttl time.Duration) (Held, *Hold) {
+	nt := x.c.nt
+	ctx, cancel := context.WithTimeout(x.a.wind, x.pick(nt/2, nt, 3*nt, ttl/2, 2*ttl))
+	defer cancel()
+	var opts []Opt
+	if d := x.pick(0, 0, nt/2, 2*nt); d > 0 {
+		opts = append(opts, RetryEvery(d))
+	}
+	held, err := lk.Obtain(ctx, key, ttl, opts...)
+	got := time.Now()
+	x.a.deadline(x.c, "obtain", ctx, got, slack)
+	x.a.count("obtain", x.outcome("obtain", err))
+	if err != nil {
+		return nil, nil
+	}
+	h := &Hold{Client: x.c.name, Key: key, Token: held.Token(), Fence: held.Fence(), Kind: "obtain", Quorum: x.c.quorum, Start: got}
+	x.a.w.Keep(h.Token)
+	h.Observe(time.Now(), held.Validity())
+	return held, h
+}
+
+// observe reads the lock's validity into the hold.
+func observe(h *Hold, held Held) {
+	at := time.Now()
+	h.Observe(at, held.Validity())
+}
+
+// extend calls Extend with a TTL shorter than, equal to or longer than the
+// lock's, and records what Validity() said before and after.
+func (x *advActor) extend(held Held, h *Hold, ttl time.Duration, concurrent bool) bool {
+	nt := x.c.nt
+	ttl2 := x.pick(ttl/4, ttl, 2*ttl)
+	ctx, cancel := context.WithTimeout(x.a.wind, x.pick(nt/2, nt, 3*nt, ttl))
+	defer cancel()
+	rec := ExtendRec{TTL: ttl2, Concurrent: concurrent}
+	if v := held.Validity(); v > 0 {
+		rec.Before = time.Now().Add(v)
+	}
+	rec.Start = time.Now()
+	err := held.Extend(ctx, ttl2)
+	rec.End = time.Now()
+	x.a.deadline(x.c, "extend", ctx, rec.End, slack)
+	out := x.outcome("extend", err)
+	x.a.count("extend", out)
+	rec.OK, rec.Lost, rec.Closed = err == nil, out == "lost", out == "closed"
+	rec.Deadline, _ = ctx.Deadline()
+	if err != nil {
+		rec.Err = err.Error()
+	}
+	at := time.Now()
+	if v := held.Validity(); v > 0 {
+		rec.After = at.Add(v)
+	}
+	h.Extends = append(h.Extends, rec)
+	observe(h, held)
+	return !rec.Lost && out != "closed"
+}
+
+func (x *advActor) release(held Held, h *Hold) {
+	nt := x.c.nt
+	ctx, cancel := context.WithTimeout(context.Background(), x.pick(nt, 3*nt, time.Second))
+	defer cancel()
+	h.ReleaseStart = time.Now()
+	err := held.Release(ctx)
+	x.a.deadline(x.c, "release", ctx, time.Now(), slack)
+	out := x.outcome("release", err)
+	x.a.count("release", out)
+	h.Released = err == nil
+	if err != nil {
+		h.ReleaseErr = err.Error()
+	}
+}
+
+// byHand obtains, then works, pauses and extends by hand a few times
+// (with the watchdog renewing meanwhile when keepAlive), and releases or
+// abandons the lock.
+func (x *advActor) byHand(lk Locker, key string, ttl time.Duration, keepAlive bool) {
+	held, h := x.obtain(lk, key, ttl)
+	if held == nil {
+		return
+	}
+	defer x.a.hist.Add(h)
+	var stop func()
+	var wctx context.Context
+	if keepAlive {
+		var err error
+		var opts []Opt
+		if x.rng.IntN(2) == 0 {
+			opts = append(opts, RenewEvery(ttl/x.pick(2, 4)))
+		}
+		wctx, stop, err = held.KeepAlive(context.Background(), opts...)
+		x.a.count("keepalive", x.outcome("keepalive", err))
+		if err == nil {
+			h.Kind, h.Watchdog = "keepalive", true
+			stop = x.sample(held, h, wctx, stop)
+		} else {
+			keepAlive = false
+		}
+	}
+	steps := []string{"extend", "last-moment", "work", "pause", "watch"}
+	var skip []string
+	if !keepAlive {
+		skip = append(skip, "watch")
+	}
+	for range 1 + x.rng.IntN(5) {
+		if x.stopping() {
+			break
+		}
+		x.c.wait(x.a.stop)
+		switch draw(x.rng, orMap(x.a.cfg.steps, defaultSteps), steps, skip...) {
+		case "watch":
+			if !x.watch(held, h, wctx, x.pick(ttl/4, ttl, 2*ttl)) {
+				goto done
+			}
+		case "last-moment":
+			// Extend at the last moment: wait until the validity is almost
+			// gone, within half a node timeout of its end.
+			if v := held.Validity(); v > 0 {
+				x.sleep(max(0, v-time.Duration(x.rng.Int64N(int64(x.c.nt/2)))))
+			}
+			if !x.extend(held, h, ttl, keepAlive) {
+				goto done
+			}
+		case "work":
+			// Work: write through the fenced resource while valid.
+			x.sleep(time.Duration(x.rng.Int64N(int64(ttl / 3))))
+			if held.Validity() > 0 {
+				x.a.res.Write(key, h.Token, h.Fence)
+			}
+			observe(h, held)
+		case "pause":
+			// A pause between two steps, sometimes past the validity.
+			x.a.count("pause", "holder")
+			x.sleep(time.Duration(x.rng.Int64N(int64(3 * ttl / 2))))
+			observe(h, held)
+		case "extend":
+			if !x.extend(held, h, ttl, keepAlive) {
+				goto done
+			}
+		}
+	}
+done:
+	if keepAlive {
+		h.Stopped(time.Now())
+		t0 := time.Now()
+		stop()
+		if d := time.Since(t0); d > x.c.nt+slack {
+			x.a.mu.Lock()
+			x.a.late = append(x.a.late, fmt.Sprintf("%s KeepAlive's stop took %v", x.c.name, d))
+			k := x.c.name + " keepalive-stop"
+			x.a.lateBy[k] = lateness{x.a.lateBy[k].count + 1, max(x.a.lateBy[k].max, d)}
+			x.a.mu.Unlock()
+		}
+	}
+	if x.rng.IntN(10) == 0 {
+		x.a.count("release", "abandoned")
+		return
+	}
+	x.release(held, h)
+}
+
+// sample reads the lock's validity every 2ms while its watchdog runs, and
+// notes when the work context ends (its own goroutine, so the holder's
+// calls do not delay either). The returned stop stops the watchdog, then
+// the sampling.
+func (x *advActor) sample(held Held, h *Hold, wctx context.Context, stop func()) func() {
+	ended := make(chan struct{})
+	context.AfterFunc(wctx, func() {
+		h.Cancelled(time.Now())
+		close(ended)
+	})
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-quit:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			observe(h, held)
+		}
+	})
+	return func() {
+		close(quit)
+		wg.Wait()
+		stop()
+		<-ended
+	}
+}
+
+// watch works under the watchdog for d; false when the work context
+// ended.
+func (x *advActor) watch(held Held, h *Hold, wctx context.Context, d time.Duration) bool {
+	select {
+	case <-wctx.Done():
+		x.a.count("keepalive", "cancelled")
+		observe(h, held)
+		return false
+	case <-x.a.stop:
+		return true
+	case <-time.After(d):
+		return true
+	}
+}
+
+// do runs Do with fn working until its context ends or its time is up.
+func (x *advActor) do(lk Locker, key string, ttl time.Duration) {
+	nt := x.c.nt
+	ctx, cancel := context.WithTimeout(x.a.wind, x.pick(ttl/2, ttl, 3*ttl, 5*time.Second))
+	defer cancel()
+	var opts []Opt
+	if d := x.pick(0, nt, 3*nt); d > 0 {
+		opts = append(opts, RetryEvery(d))
+	}
+	work := x.pick(ttl/3, ttl, 2*ttl)
+	x.a.mu.Lock()
+	x.a.doSeq++
+	id := fmt.Sprintf("do-%s-%d", x.id, x.a.doSeq)
+	x.a.mu.Unlock()
+	var h *Hold
+	err := lk.Do(ctx, key, ttl, func(fctx context.Context) error {
+		h = &Hold{Client: x.c.name, Key: key, Token: id, Kind: "do", Quorum: x.c.quorum, Start: time.Now(), Tolerance: slack}
+		end := time.Now().Add(work)
+		for time.Now().Before(end) {
+			select {
+			case <-fctx.Done():
+				h.Until = time.Now()
+				return fctx.Err()
+			case <-x.a.stop:
+				h.Until = time.Now()
+				return nil
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		h.Until = time.Now()
+		return nil
+	}, opts...)
+	x.a.deadline(x.c, "do", ctx, time.Now(), nt+slack)
+	x.a.count("do", x.outcome("do", err))
+	if h != nil {
+		x.a.hist.Add(h)
+	}
+}
+
+// advScheduler opens fault windows until the run ends, then heals.
+type advScheduler struct {
+	a      *advRun
+	rng    *rand.Rand
+	frozen [5]int
+	fmu    sync.Mutex
+}
+
+// logUniform draws a duration between lo and hi, evenly on a log scale.
+func (s *advScheduler) logUniform(lo, hi time.Duration) time.Duration {
+	return time.Duration(float64(lo) * math.Pow(float64(hi)/float64(lo), s.rng.Float64()))
+}
+
+func (s *advScheduler) run(until time.Time) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	active := atomic.Int32{}
+	for time.Now().Before(until) {
+		select {
+		case <-s.a.stop:
+			return
+		case <-time.After(s.logUniform(10*time.Millisecond, 400*time.Millisecond)):
+		}
+		if active.Load() >= 3 {
+			continue
+		}
+		f := s.next()
+		if f == nil {
+			continue
+		}
+		active.Add(1)
+		wg.Go(func() {
+			defer active.Add(-1)
+			f()
+		})
+	}
+}
+
+// hold keeps a window open for d, or until the run stops.
+func (s *advScheduler) hold(d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-s.a.stop:
+	}
+}
+
+// targets draws a client's proxies: one master, two, a majority, or all.
+func (s *advScheduler) targets(c *advClient) []*Proxy {
+	n := len(c.px)
+	k := []int{1, 1, 1, 2, 2, 3, n}[s.rng.IntN(7)]
+	k = min(k, n)
+	idx := s.rng.Perm(n)[:k]
+	var ps []*Proxy
+	for _, i := range idx {
+		ps = append(ps, c.px[i])
+	}
+	return ps
+}
+
+func (s *advScheduler) dirs() []Direction {
+	switch s.rng.IntN(5) {
+	case 0, 1:
+		return []Direction{Up}
+	case 2, 3:
+		return []Direction{Down}
+	}
+	return []Direction{Up, Down}
+}
+
+// next draws the next window and returns the function that runs it (nil:
+// a quiet turn).
+func (s *advScheduler) next() func() {
+	a := s.a
+	c := a.clients[s.rng.IntN(len(a.clients))]
+	dur := s.logUniform(5*time.Millisecond, 2*time.Second)
+	var skip []string
+	if !a.cfg.panics {
+		skip = append(skip, "hook_panic")
+	}
+	switch draw(s.rng, orMap(a.cfg.weights, defaultWeights), faultKinds, skip...) {
+	case "delay":
+		ps, dirs := s.targets(c), s.dirs()
+		lo, hi := time.Millisecond, 800*time.Millisecond
+		if a.cfg.latency[1] > 0 {
+			lo, hi = a.cfg.latency[0], a.cfg.latency[1]
+		}
+		lat := s.logUniform(lo, hi)
+		jit := time.Duration(s.rng.Int64N(int64(lat/2) + 1))
+		a.fault("delay")
+		return func() {
+			var xs []*Toxic
+			for _, p := range ps {
+				for _, d := range dirs {
+					if x, err := p.Delay(d, lat, jit); err == nil {
+						xs = append(xs, x)
+					}
+				}
+			}
+			s.hold(dur)
+			for _, x := range xs {
+				x.Remove()
+			}
+		}
+	case "stall":
+		ps, dirs := s.targets(c), s.dirs()
+		a.fault("stall")
+		return func() {
+			var xs []*Toxic
+			for _, p := range ps {
+				for _, d := range dirs {
+					if x, err := p.Stall(d); err == nil {
+						xs = append(xs, x)
+					}
+				}
+			}
+			s.hold(dur)
+			for _, x := range xs {
+				x.Remove()
+			}
+		}
+	case "reset":
+		ps := s.targets(c)
+		after := time.Duration(s.rng.IntN(20)) * time.Millisecond
+		a.fault("reset")
+		return func() {
+			var xs []*Toxic
+			for _, p := range ps {
+				if x, err := p.Reset(Up, after); err == nil {
+					xs = append(xs, x)
+				}
+			}
+			s.hold(min(dur, 100*time.Millisecond))
+			for _, x := range xs {
+				x.Remove()
+			}
+		}
+	case "drop":
+		ps := s.targets(c)
+		a.fault("drop")
+		return func() {
+			for _, p := range ps {
+				p.Drop()
+			}
+		}
+	case "freeze":
+		k := []int{1, 1, 2, 3}[s.rng.IntN(4)]
+		ms := s.rng.Perm(5)[:k]
+		a.fault("freeze")
+		return func() {
+			s.freeze(ms, true)
+			s.hold(dur)
+			s.freeze(ms, false)
+		}
+	case "pause": // a client paused between two steps
+		a.fault("pause")
+		d := s.logUniform(5*time.Millisecond, 3*slices.Max(c.ttls)/2)
+		return func() {
+			c.pause(true)
+			s.hold(d)
+			c.pause(false)
+		}
+	case "restart": // a client closed and replaced
+		a.fault("restart")
+		return func() { a.restart(c) }
+	case "hook_panic":
+		a.fault("hook_panic")
+		i := s.rng.IntN(len(c.hooks))
+		return func() { c.hooks[i].armed.Store(true) }
+	}
+	a.fault("quiet")
+	return func() { s.hold(dur) }
+}
+
+// freeze stops (or continues) masters, counting overlapping windows.
+func (s *advScheduler) freeze(ms []int, on bool) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	for _, m := range ms {
+		if on {
+			if s.frozen[m]++; s.frozen[m] == 1 {
+				s.a.e.servers[m].Stop()
+			}
+		} else if s.frozen[m]--; s.frozen[m] == 0 {
+			s.a.e.servers[m].Cont()
+		}
+	}
+}

@@ -1,0 +1,353 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+// newTestWitness is a Witness fed by hand (no masters).
+func newTestWitness() *Witness {
+	w := &Witness{prefix: "chaos:", scripts: map[string]string{}, tokens: map[string][]WitnessEvent{}, keep: map[string]bool{},
+		cur: make([]witnessCmd, 5), seq: make([]int64, 5)}
+	for range 5 {
+		w.marks = append(w.marks, map[string]bool{})
+		w.loaded = append(w.loaded, map[string]bool{})
+	}
+	w.cond.L = &w.mu
+	return w
+}
+
+const (
+	srcRelease = "local v = redis.call('GET', KEYS[1]) if v == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end return 0"
+	srcExtend  = "local v = redis.call('GET', KEYS[1]) if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end if v == false then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end return 0"
+)
+
+// feed gives master m's monitor a line at t (µs) from a client, or from
+// lua when lua is set.
+func feed(w *Witness, m int, t int64, lua bool, args ...string) {
+	src := "127.0.0.1:5000"
+	if lua {
+		src = "lua"
+	}
+	l := fmt.Sprintf("+%d.%06d [0 %s]", t/1e6, t%1e6, src)
+	for _, a := range args {
+		l += fmt.Sprintf(" %q", a)
+	}
+	w.line(m, l)
+}
+
+func TestParseMonitor(t *testing.T) {
+	at, src, args, ok := parseMonitor(`+1796102033.600142 [0 lua] "SET" "k" "to\"k\x41" "PX" "1000"`)
+	if !ok || at != 1796102033600142 || src != "lua" || len(args) != 5 || args[2] != `to"kA` {
+		t.Errorf("got %d %q %q %v", at, src, args, ok)
+	}
+	at, src, args, ok = parseMonitor(`+1796102033.5 [0 127.0.0.1:53530] "evalsha" "ab" "1" "chaos:k" "tok"`)
+	if !ok || at != 1796102033500000 || src != "127.0.0.1:53530" || len(args) != 5 {
+		t.Errorf("got %d %q %q %v", at, src, args, ok)
+	}
+	for _, bad := range []string{"+OK", `+1.0 [0 lua] "unterminated`, `x1.0 [0 lua] "a"`, `+1.0 [0 lua] "\xZZ"`} {
+		if _, _, _, ok := parseMonitor(bad); ok && bad != "+OK" {
+			t.Errorf("parsed %q", bad)
+		}
+	}
+}
+
+func TestWitnessEvents(t *testing.T) {
+	w := newTestWitness()
+	shaRel, shaExt := w.learn(srcRelease), w.learn(srcExtend)
+	feed(w, 2, 50, false, "evalsha", shaRel, "1", "chaos:k", "A") // master 2 does not have it: NOSCRIPT, not run
+	feed(w, 0, 100, false, "script", "load", srcRelease)
+	feed(w, 0, 101, false, "script", "load", srcExtend)
+	// Master 0: acquire, extend (PEXPIRE), release (DEL), then a straggling
+	// extend that re-takes the key.
+	feed(w, 0, 1000, false, "set", "chaos:k", "A", "nx", "px", "1000")
+	feed(w, 0, 2000, false, "evalsha", shaExt, "1", "chaos:k", "A", "500")
+	feed(w, 0, 2001, true, "GET", "chaos:k")
+	feed(w, 0, 2002, true, "PEXPIRE", "chaos:k", "500")
+	feed(w, 0, 3000, false, "evalsha", shaRel, "1", "chaos:k", "A")
+	feed(w, 0, 3001, true, "GET", "chaos:k")
+	feed(w, 0, 3002, true, "DEL", "chaos:k")
+	feed(w, 0, 4000, false, "evalsha", shaExt, "1", "chaos:k", "A", "500")
+	feed(w, 0, 4001, true, "GET", "chaos:k")
+	feed(w, 0, 4002, true, "SET", "chaos:k", "A", "PX", "500")
+	// A key outside the prefix, and another token's commands, are not A's.
+	feed(w, 0, 5000, false, "evalsha", shaRel, "1", "other:k", "A")
+	feed(w, 1, 5000, false, "eval", srcRelease, "1", "chaos:k", "B")
+	var kinds []string
+	for _, ev := range w.Events("A") {
+		kinds = append(kinds, ev.Kind)
+	}
+	if want := fmt.Sprint([]string{EvAcquire, EvExtend, EvRelease, EvDelete, EvExtend, EvRetake}); fmt.Sprint(kinds) != want {
+		t.Errorf("A's events %v, want %v", kinds, want)
+	}
+	if evs := w.Events("B"); len(evs) != 1 || evs[0].Kind != EvRelease || evs[0].Master != 1 {
+		t.Errorf("B's events %+v: want one release on master 1 (EVAL teaches the script)", evs)
+	}
+	if !RecreatedAfterRelease(w, "A", 0) || RecreatedAfterRelease(w, "A", 1) {
+		t.Error("RecreatedAfterRelease: want master 0 only")
+	}
+	h := &Hold{Client: "c", Key: "k", Token: "A", Quorum: 1, Released: true}
+	if f := Check([]*Hold{h}, w, 0); f.RetakeAfterRelease != 1 || f.ReleaseWithoutQuorum != 0 {
+		t.Errorf("got %+v, want one retake after release", f)
+	}
+	// Release returned nil but only one of five masters ran it.
+	h.Quorum = 3
+	if f := Check([]*Hold{h}, w, 0); f.ReleaseWithoutQuorum != 1 {
+		t.Errorf("got %+v, want a release without quorum", f)
+	}
+	w.Keep("A")
+	w.Prune(0)
+	if len(w.Events("B")) != 0 {
+		t.Error("Prune kept a token nobody kept")
+	}
+	if len(w.Events("A")) == 0 {
+		t.Error("Prune dropped a kept token")
+	}
+}
+
+// TestCheckExtendAfterValidity: an Extend that returned nil counts as
+// late unless a quorum of masters ran it between its start and the
+// validity's end it started with.
+func TestCheckExtendAfterValidity(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	us := func(ms int) int64 { return at(ms).UnixMicro() }
+	w := newTestWitness()
+	sha := w.learn(srcExtend)
+	for m := range 5 {
+		feed(w, m, 0, false, "script", "load", srcExtend)
+	}
+	ext := ExtendRec{Start: at(0), End: at(30), TTL: time.Second, Before: at(10), OK: true}
+	h := &Hold{Client: "c", Key: "k", Token: "A", Quorum: 3, Start: at(-100), Until: at(900), Extends: []ExtendRec{ext}}
+	for m, ms := range []int{2, 5, 8, 25, 26} { // three in time
+		feed(w, m, us(ms), false, "evalsha", sha, "1", "chaos:k", "A", "1000")
+	}
+	if f := Check([]*Hold{h}, w, 0); f.ExtendSuccessAfterValidity != 0 {
+		t.Errorf("three of five ran it in time: got %d", f.ExtendSuccessAfterValidity)
+	}
+	w2 := newTestWitness()
+	for m := range 5 {
+		feed(w2, m, 0, false, "script", "load", srcExtend)
+	}
+	for m, ms := range []int{2, 5, 20, 25, 26} { // two in time
+		feed(w2, m, us(ms), false, "evalsha", sha, "1", "chaos:k", "A", "1000")
+	}
+	feed(w2, 2, us(-50), false, "evalsha", sha, "1", "chaos:k", "A", "1000") // an earlier Extend's: not this one's
+	if f := Check([]*Hold{h}, w2, 0); f.ExtendSuccessAfterValidity != 1 {
+		t.Errorf("two of five ran it in time: got %d, want 1", f.ExtendSuccessAfterValidity)
+	}
+	// With the watchdog renewing meanwhile, the start is not this call's.
+	h.Extends[0].Concurrent = true
+	if f := Check([]*Hold{h}, w2, 0); f.ExtendSuccessAfterValidity != 0 {
+		t.Errorf("concurrent: got %d", f.ExtendSuccessAfterValidity)
+	}
+}
+
+func TestCheckHolds(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	hold := func(client string, fence int64, start, until int) *Hold {
+		return &Hold{Client: client, Key: "k", Token: client, Fence: fence, Kind: "obtain", Quorum: 3, Start: at(start), Until: at(until), LastValid: at(until)}
+	}
+	tests := []struct {
+		name  string
+		holds []*Hold
+		want  Findings
+	}{
+		{"disjoint", []*Hold{hold("a", 1, 0, 100), hold("b", 2, 100, 200)}, Findings{}},
+		{"overlap", []*Hold{hold("a", 1, 0, 100), hold("b", 2, 99, 200)}, Findings{Overlaps: 1}},
+		{"released before", func() []*Hold {
+			a := hold("a", 1, 0, 100)
+			a.ReleaseStart = at(40)
+			return []*Hold{a, hold("b", 2, 50, 200)}
+		}(), Findings{}},
+		{"other keys", func() []*Hold {
+			b := hold("b", 2, 50, 200)
+			b.Key = "k2"
+			return []*Hold{hold("a", 1, 0, 100), b}
+		}(), Findings{}},
+		{"a do's end is seen late", func() []*Hold {
+			a := hold("a", 0, 0, 100)
+			a.Kind, a.Tolerance = "do", 20*time.Millisecond
+			return []*Hold{a, hold("b", 0, 90, 200)}
+		}(), Findings{}},
+		{"a do overlaps past its tolerance", func() []*Hold {
+			a := hold("a", 0, 0, 100)
+			a.Kind, a.Tolerance = "do", 20*time.Millisecond
+			return []*Hold{a, hold("b", 0, 70, 200)}
+		}(), Findings{Overlaps: 1}},
+		{"an empty hold has no fence to give", []*Hold{hold("a", 5, 0, 100), hold("z", 1, 150, 140), hold("b", 6, 200, 300)}, Findings{}},
+		{"fence regression and equal fence", []*Hold{hold("a", 5, 0, 100), hold("b", 5, 100, 200), hold("c", 4, 200, 300), hold("d", 6, 300, 400)}, Findings{FenceRegressions: 2}},
+		{"stale validity after a failed shorter Extend", func() []*Hold {
+			a := hold("a", 1, 0, 1000)
+			a.Extends = []ExtendRec{{Start: at(100), End: at(150), TTL: 50 * time.Millisecond, Before: at(1000), After: at(1000)}}
+			return []*Hold{a}
+		}(), Findings{StaleAfterFailedExtend: 1}},
+		{"a failed Extend that shortened the validity", func() []*Hold {
+			a := hold("a", 1, 0, 1000)
+			a.Extends = []ExtendRec{{Start: at(100), End: at(150), TTL: 50 * time.Millisecond, Before: at(1000), After: at(148)}}
+			return []*Hold{a}
+		}(), Findings{}},
+		{"Extend after a lapse", func() []*Hold {
+			a := hold("a", 1, 0, 1000)
+			a.Extends = []ExtendRec{{Start: at(100), End: at(150), TTL: time.Second, OK: true, After: at(1100)}}
+			return []*Hold{a}
+		}(), Findings{ExtendAfterLapse: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := Check(tt.holds, nil, 10*time.Millisecond)
+			f.Holds, f.Extends, f.Examples = 0, 0, nil
+			if !reflect.DeepEqual(f, tt.want) {
+				t.Errorf("got %+v, want %+v", f, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckStaleNeedsAReach: a failed Extend that no master ran (its
+// context had ended: the lock asked none) may keep its validity; one that
+// reached a master may not.
+func TestCheckStaleNeedsAReach(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	w := newTestWitness()
+	sha := w.learn(srcExtend)
+	feed(w, 0, 0, false, "script", "load", srcExtend)
+	h := &Hold{Client: "c", Key: "k", Token: "A", Quorum: 1, Start: at(0), Until: at(1000), ReleaseStart: at(500),
+		Extends: []ExtendRec{{Start: at(100), End: at(101), TTL: 50 * time.Millisecond, Before: at(1000), After: at(1000)}}}
+	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 0 {
+		t.Errorf("no master ran it: got %d", f.StaleAfterFailedExtend)
+	}
+	feed(w, 0, at(600).UnixMicro(), false, "evalsha", sha, "1", "chaos:k", "A", "50") // after the release started: not this one's
+	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 0 {
+		t.Errorf("a later run counted: got %d", f.StaleAfterFailedExtend)
+	}
+	feed(w, 0, at(150).UnixMicro(), false, "evalsha", sha, "1", "chaos:k", "A", "50") // it arrived, late
+	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 1 {
+		t.Errorf("a master ran it: got %d, want 1", f.StaleAfterFailedExtend)
+	}
+}
+
+// TestHoldObserve: the believed end follows the last reading, a reading of
+// 0 ends it, and a positive reading after it is a revival.
+func TestHoldObserve(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	h := &Hold{Start: at(0)}
+	h.Observe(at(0), 500*time.Millisecond)
+	h.Observe(at(100), 100*time.Millisecond) // a failed Extend shortened it
+	if !h.Until.Equal(at(200)) {
+		t.Errorf("Until %v, want +200ms", h.Until.Sub(t0))
+	}
+	h.Observe(at(250), 0)
+	if !h.Until.Equal(at(200)) || len(h.Revived) != 0 {
+		t.Errorf("after 0: Until %v, revived %d", h.Until.Sub(t0), len(h.Revived))
+	}
+	h.Observe(at(300), time.Second)
+	if len(h.Revived) != 1 {
+		t.Fatalf("revived %d, want 1", len(h.Revived))
+	}
+	if f := Check([]*Hold{h}, nil, 0); f.Revivals != 1 {
+		t.Errorf("Revivals %d, want 1", f.Revivals)
+	}
+	// Under a watchdog, a 0 read right at the end may be a renewal that
+	// decided in time and stored late: a positive reading after it clears
+	// the lapse.
+	w := &Hold{Start: at(0), Watchdog: true}
+	w.Observe(at(0), 100*time.Millisecond)
+	w.Observe(at(105), 0)
+	w.Observe(at(110), 100*time.Millisecond)
+	w.StoppedAt = at(400)
+	if f := Check([]*Hold{w}, nil, 10*time.Millisecond); f.Revivals != 0 || f.WatchdogLate != 0 {
+		t.Errorf("in time: %+v", f)
+	}
+	// The watchdog never ended the work although the validity ran out.
+	late := &Hold{Start: at(0), Watchdog: true}
+	late.Observe(at(0), 100*time.Millisecond)
+	late.Observe(at(150), 0)
+	late.StoppedAt = at(400)
+	if f := Check([]*Hold{late}, nil, 10*time.Millisecond); f.WatchdogLate != 1 {
+		t.Errorf("WatchdogLate %d, want 1", f.WatchdogLate)
+	}
+	late.Cancelled(at(105))
+	if f := Check([]*Hold{late}, nil, 10*time.Millisecond); f.WatchdogLate != 0 {
+		t.Errorf("cancelled in time: WatchdogLate %d", f.WatchdogLate)
+	}
+	// Renewals the holder did not see (its last reading long before) do
+	// not make a cancel at the real end look late.
+	unseen := &Hold{Start: at(0), Watchdog: true}
+	unseen.Observe(at(0), 100*time.Millisecond)
+	unseen.Observe(at(402), 0) // renewed meanwhile; lapsed at 400
+	unseen.Cancelled(at(401))
+	if f := Check([]*Hold{unseen}, nil, 10*time.Millisecond); f.WatchdogLate != 0 {
+		t.Errorf("unseen renewals: WatchdogLate %d", f.WatchdogLate)
+	}
+}
+
+// TestWitnessOnLibrary checks the witness against the library's own
+// scripts on real masters: a fenced acquire that lands on three masters,
+// an Extend that re-takes the key on the other two, a Release on all five.
+func TestWitnessOnLibrary(t *testing.T) {
+	for _, sub := range []*subject{library, {mutant: "none"}} {
+		name := sub.mutant
+		if name == "" {
+			name = "library"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, sub, 5, nil)
+			w := e.witness()
+			ms := e.masters("c")
+			warm(t, ms, 2)
+			c := e.locker(ms, LockConfig{Fencing: true})
+			var stalls []*Toxic
+			for _, i := range []int{3, 4} {
+				x, err := e.group("c")[i].Stall(Up)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stalls = append(stalls, x)
+			}
+			ctx := context.Background()
+			l, err := c.Obtain(ctx, "k", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * nodeTimeout) // the acquires to 3 and 4 time out: they are lost with the stall
+			for _, x := range stalls {
+				x.Remove()
+			}
+			settle(t, ms)
+			if err := l.Extend(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * nodeTimeout) // the re-takes may finish after Extend returned at quorum
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := e.syncWitness(sctx, w); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]int{}
+			for _, ev := range w.Events(l.Token()) {
+				got[ev.Kind] = append(got[ev.Kind], ev.Master)
+			}
+			for kind, want := range map[string][]int{EvAcquire: {0, 1, 2}, EvExtend: {0, 1, 2, 3, 4}, EvRetake: {3, 4}, EvRelease: {0, 1, 2, 3, 4}, EvDelete: {0, 1, 2, 3, 4}} {
+				ms := got[kind]
+				slices.Sort(ms)
+				if !slices.Equal(ms, want) {
+					t.Errorf("%s on masters %v, want %v (all: %v)", kind, ms, want, got)
+				}
+			}
+			if RecreatedAfterRelease(w, l.Token(), 3) {
+				t.Error("a re-take before the release counted as one after it")
+			}
+		})
+	}
+}

@@ -1,0 +1,129 @@
+package chaos
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
+)
+
+// A Locker is the lock under test as the scenarios drive it. [Redlock]
+// adapts the library's Client; the suite's mutation checks drive
+// deliberately broken locks through the same interface, to show that every
+// MUST check fails when the property it backs is broken.
+type Locker interface {
+	// Obtain takes key for ttl, or fails with an error matching
+	// redlock.ErrNotObtained.
+	Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Opt) (Held, error)
+	// Do runs fn under the lock while a watchdog renews it (redlock's
+	// Client.Do).
+	Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) error
+	// Close ends the locker's work (redlock's Client.Close).
+	Close() error
+}
+
+// A Held lock (redlock's *Lock).
+type Held interface {
+	Key() string
+	Token() string
+	Fence() int64
+	Validity() time.Duration
+	Extend(ctx context.Context, ttl time.Duration) error
+	Release(ctx context.Context) error
+	KeepAlive(ctx context.Context, opts ...Opt) (context.Context, func(), error)
+}
+
+// Opts are the per-call options the scenarios use.
+type Opts struct {
+	Retry      time.Duration // retry after about this long (redlock.LinearBackoff); 0: one attempt
+	RenewEvery time.Duration // the watchdog's interval; 0: the lock's default
+}
+
+// An Opt sets one of Opts.
+type Opt func(*Opts)
+
+// RetryEvery retries a failed attempt after about d (d/2 to 3d/2), until
+// the context ends.
+func RetryEvery(d time.Duration) Opt { return func(o *Opts) { o.Retry = d } }
+
+// RenewEvery sets the watchdog's interval.
+func RenewEvery(d time.Duration) Opt { return func(o *Opts) { o.RenewEvery = d } }
+
+// Collect applies opts.
+func Collect(opts []Opt) Opts {
+	var o Opts
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// A LockConfig is what a Locker is built with.
+type LockConfig struct {
+	NodeTimeout time.Duration // 0: the lock's default
+	Prefix      string
+	Fencing     bool
+}
+
+// A NewLocker builds a Locker over masters; one master means a
+// single-instance lock.
+type NewLocker func(masters []redis.UniversalClient, cfg LockConfig) (Locker, error)
+
+// Redlock is the library: redlock.New over the masters, or redlock.NewSingle
+// over one.
+func Redlock(masters []redis.UniversalClient, cfg LockConfig) (Locker, error) {
+	opts := []redlock.Option{redlock.WithKeyPrefix(cfg.Prefix)}
+	if cfg.NodeTimeout > 0 {
+		opts = append(opts, redlock.WithNodeTimeout(cfg.NodeTimeout))
+	}
+	if cfg.Fencing {
+		opts = append(opts, redlock.WithFencing())
+	}
+	var c *redlock.Client
+	var err error
+	if len(masters) == 1 {
+		c, err = redlock.NewSingle(masters[0], opts...)
+	} else {
+		c, err = redlock.New(masters, opts...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return libLocker{c}, nil
+}
+
+type libLocker struct{ c *redlock.Client }
+
+func obtainOpts(opts []Opt) []redlock.ObtainOption {
+	o := Collect(opts)
+	var out []redlock.ObtainOption
+	if o.Retry > 0 {
+		out = append(out, redlock.WithRetry(redlock.LinearBackoff(o.Retry)))
+	}
+	if o.RenewEvery > 0 {
+		out = append(out, redlock.WithRenewEvery(o.RenewEvery))
+	}
+	return out
+}
+
+func (l libLocker) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Opt) (Held, error) {
+	lock, err := l.c.Obtain(ctx, key, ttl, obtainOpts(opts)...)
+	if err != nil {
+		return nil, err
+	}
+	return libHeld{lock}, nil
+}
+
+func (l libLocker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) error {
+	return l.c.Do(ctx, key, ttl, fn, obtainOpts(opts)...)
+}
+
+func (l libLocker) Close() error { return l.c.Close() }
+
+type libHeld struct{ *redlock.Lock }
+
+func (h libHeld) KeepAlive(ctx context.Context, opts ...Opt) (context.Context, func(), error) {
+	return h.Lock.KeepAlive(ctx, obtainOpts(opts)...)
+}

@@ -1,0 +1,149 @@
+package chaos
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// mutations runs every MUST row's check against a broken lock that lacks
+// the property the row backs, and asserts that the check fails: a check
+// that passes a broken lock backs nothing. Each entry names the rows it
+// runs (only), the mutant's knobs (mutant_test.go) and a piece of the
+// MUST message that has to fail.
+var mutations = []struct {
+	name   string
+	run    func(*testing.T, *subject)
+	only   string
+	mutant string
+	expect string
+}{
+	{"S1-hot-key-no-NX", hotKey64, "redlock-5,single", "nonx", "cs_overlaps="},
+	{"S1-do-no-NX", func(t *testing.T, s *subject) { hotKeyDo(t, s) }, "", "nonx", "cs_overlaps="},
+	{"S2-minority-down-needs-all", minorityDown, "", "quorumall", "availability"},
+	{"S3-majority-down-one-is-enough", majorityDown, "", "quorumone", "with 3/5 down, want 0"},
+	{"S4-stalled-minority-waits-for-all", stalledMinorities, "", "waitall", "returns at quorum"},
+	{"S5-stalled-majority-one-is-enough", stalledMajority, "", "quorumone", "while 3/5 stalled, want 0"},
+	{"S5-stalled-majority-undo-past-context", stalledMajority, "sigstop-default-clients", "slowundo", "after its context's deadline"},
+	{"S6-reply-lost-waits-for-all", replyLost, "", "waitall", "returns at quorum"},
+	{"S6-reply-lost-no-expiry", replyLost, "downstream", "noexpiry", "a TTL after the last release"},
+	{"S7-slow-minority-waits-for-all", slowNetwork, "2of5-10ms,2of5-25ms,2of5-100ms", "waitall", "returns at quorum"},
+	{"S7-slow-majority-full-validity", slowNetwork, "3of5-10ms,3of5-25ms", "fullvalidity", "want <= ttl-L-drift"},
+	{"S7-slow-majority-no-node-timeout", slowNetwork, "3of5-100ms", "ignoretimeout", "want <= node timeout + 25ms"},
+	{"S7-hot-key-no-NX", slowNetwork, "hot-key", "nonx", "cs_overlaps="},
+	{"S8-mitigations-no-NX", restartNoPersistence, "delayed-restart,aof-always", "nonx", "inside A's validity"},
+	{"S8-extend-no-retake", extendAfterRestart, "retakes-vanished", "noretake", "both vanished keys re-taken"},
+	{"S8-extend-revives", extendAfterRestart, "never-revived", "revive", "want ErrLockLost"},
+	{"S9-aof-equal-fences", restartFencing, "aof-always", "constfence", "fences A="},
+	{"S10-control-no-NX", clockOneMaster, "jump", "nonx", "control (no jump)"},
+	{"S10-drift-no-allowance", clockOneMaster, "rate-1.009", "nodrift", "promised_overlaps="},
+	{"S11-naive-no-NX", clientPause, "naive", "nonx", "promised_overlaps="},
+	{"S11-fenced-equal-fences", clientPause, "fenced", "constfence", "stale_rejected=0"},
+	{"S11-do-partitioned-late-cancel", clientPause, "do-partitioned", "latecancel", "fn's ctx ended"},
+	{"S11-sigstop-worker-late-cancel", clientPause, "sigstop-subprocess", "latecancel", "worker never learned"},
+	{"S12-watchdog-late-cancel", watchdogs, "suite-clients,default-clients", "latecancel", "fn's ctx ended"},
+	{"S12-slow-network-no-renewal", watchdogs, "slow-network", "norenew", "the lock was lost"},
+	{"S12-close-does-not-wait", watchdogs, "close-during-do", "closenowait", "want ErrClosed"},
+	{"S13-sigstop-no-node-timeout", singleInstance, "sigstop-default-clients", "ignoretimeout", "probe max"},
+	{"S13-sigstop-retries-to-the-deadline", singleInstance, "sigstop", "retryforever", "probe max"},
+	{"S13-latency-full-validity", singleInstance, "latency", "fullvalidity", "want <= ttl-L-drift"},
+	{"S14-never-released", holderCrash, "", "neverrelease", "lock keys"},
+	{"any-row-goroutine-left", extendAfterRestart, "never-revived", "leak", "lock goroutines left"},
+	// The adversary's checks, each on a short run of a fixed seed.
+	{"S15-no-NX", adversaryMutant(1, nil), "", "nonx", "overlaps="},
+	{"S15-failed-extend-keeps-validity", adversaryMutant(2, func(c *advConfig) {
+		c.redlockClients, c.singleClients = -1, 2
+		c.weights = map[string]int{"delay": 45, "stall": 45, "quiet": 10}
+		c.programs = map[string]int{"byhand": 1}
+		c.steps = map[string]int{"work": 1, "extend": 2}
+	}), "", "keepvalidity", "stale_validity_after_failed_extend="},
+	{"S15-extend-revives", adversaryMutant(3, func(c *advConfig) {
+		c.programs = map[string]int{"byhand": 1}
+		c.steps = map[string]int{"pause": 1, "extend": 1}
+		c.actors = 1 // few contenders: a lapsed key stays free for the revival
+	}), "", "revive", "extend_after_lapse="},
+	{"S15-extend-past-validity", adversaryMutant(4, func(c *advConfig) {
+		c.redlockClients, c.singleClients = -1, 2
+		c.weights = map[string]int{"delay": 80, "quiet": 20}
+		c.programs = map[string]int{"byhand": 1}
+		c.steps = map[string]int{"last-moment": 1}
+		c.latency = [2]time.Duration{5 * time.Millisecond, 150 * time.Millisecond}
+		c.actors, c.keys = 4, 8 // many holders at once, each extending once a TTL
+	}), "", "nocap", "extend_success_after_validity="},
+	{"S15-equal-fences", adversaryMutant(5, nil), "", "constfence", "fence_regressions="},
+	{"S15-straggling-extend", adversaryMutant(6, nil), "", "straggle", "retake_after_release="},
+	{"S15-never-released", adversaryMutant(7, nil), "", "neverrelease", "release_without_quorum="},
+	{"S15-close-waits-for-retrying-do", adversaryMutant(8, func(c *advConfig) {
+		c.weights = map[string]int{"restart": 50, "delay": 20, "freeze": 10, "quiet": 20}
+	}), "", "closeblocks", "close_over_bound="},
+	{"S15-undo-past-context", adversaryMutant(9, nil), "", "slowundo", "past_ctx="},
+	{"S15-late-watchdog", adversaryMutant(10, func(c *advConfig) {
+		c.redlockClients, c.singleClients = -1, 2
+		c.weights = map[string]int{"freeze": 40, "stall": 40, "quiet": 20}
+		c.programs = map[string]int{"keepalive": 1}
+		c.steps = map[string]int{"watch": 1}
+	}), "", "latecancel", "watchdog_late="},
+	{"S15-goroutine-left", adversaryMutant(11, func(c *advConfig) {
+		c.dur = 2 * time.Second // the leak shows at Close, at the end
+	}), "", "leak", "goroutines left"},
+}
+
+// adversaryMutant runs the adversary with seed until the check fails (at
+// most 20s), with
+// more single-instance clients (one master: a delay or a stall fails their
+// calls), more of the windows that make calls fail, and adjust's changes
+// to the mix, so that the check meets what it checks.
+func adversaryMutant(seed uint64, adjust func(*advConfig)) func(*testing.T, *subject) {
+	return func(t *testing.T, s *subject) {
+		cfg := advConfig{seed: seed, dur: 20 * time.Second, redlockClients: 1, singleClients: 4,
+			weights: map[string]int{"delay": 35, "stall": 20, "freeze": 15, "restart": 15, "pause": 5, "drop": 5, "quiet": 5}}
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		adversary(t, s, cfg, "mutant")
+	}
+}
+
+// mutationsAtOnce is how many entries run at a time: most of a
+// scenario's time is waiting. S1's 64 workers and S7's sweep beside its hot
+// key need the machine to themselves (the mutant sends each request on a
+// connection of its own; with others beside them its requests miss the
+// 50ms node timeout, and a run that makes no progress checks nothing):
+// those run alone.
+const mutationsAtOnce = 2
+
+// heavy reports whether an entry needs the machine to itself.
+func heavy(name string) bool { return strings.HasPrefix(name, "S1-") || strings.HasPrefix(name, "S7-") }
+
+// TestMutations runs the table, mutationsAtOnce entries at a time.
+func TestMutations(t *testing.T) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var alone sync.RWMutex
+	for range mutationsAtOnce {
+		wg.Go(func() {
+			for i := range next {
+				m := mutations[i]
+				if heavy(m.name) {
+					alone.Lock()
+				} else {
+					alone.RLock()
+				}
+				t.Run(m.name, func(t *testing.T) {
+					m.run(t, &subject{mutant: m.mutant, expect: m.expect, only: m.only})
+				})
+				if heavy(m.name) {
+					alone.Unlock()
+				} else {
+					alone.RUnlock()
+				}
+			}
+		})
+	}
+	for i := range mutations {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
