@@ -37,6 +37,10 @@ type Lock struct {
 	deleted, reached atomic.Uint64
 	keyEnd           atomic.Int64
 
+	// refusal is why an Extend found the lock lost to refusals, for a
+	// watchdog that then sees the validity at 0.
+	refusal atomic.Pointer[error]
+
 	// changed, once a watchdog watches the lock, is signalled whenever
 	// until changes, so that the watchdog follows a shorter validity.
 	changed atomic.Pointer[chan struct{}]
@@ -187,23 +191,31 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 	o := l.op.with(opExtend, c.boxTTL(ttl), l.fence)
 	d := capDeadline(ctx, deadline)
 	o.retakeBy = d.UnixMilli()
+	o.halt = &l.releasing // a Release that begins meanwhile: not sent
 	rd := c.fanout(ctx, o, deadline, timeout)
 	defer rd.done()
 	if answers != nil {
 		defer func() { *answers = slices.Clone(rd.nodes) }()
 	}
 	valid := ttl - c.cfg.drift(ttl)
-	if rd.ok >= c.quorum && time.Since(start) < valid {
+	ok := rd.ok >= c.quorum && time.Since(start) < valid
+	if ok {
 		l.setUntil(int64(start.Add(valid).Sub(c.epoch)))
 		l.ttl.Store(int64(ttl))
-		if l.releasing.Load() {
-			return fmt.Errorf("%w: released while Extend ran", ErrLockLost)
-		}
+	}
+	if l.releasing.Load() {
+		// Its requests not sent yet were dropped (op.halt); the validity
+		// stays 0 whatever the others did.
+		return errReleasedDuringExtend
+	}
+	if ok {
 		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {
+		err := error(c.quorumError("extend", rd, ErrLockLost))
+		l.refusal.Store(&err)
 		l.setUntil(0)
-		return c.quorumError("extend", rd, ErrLockLost)
+		return err
 	}
 	// Not extended. The masters it reached, or may still reach, now hold
 	// the key until ttl after they ran it, no sooner than start + ttl; the
@@ -218,6 +230,10 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 	l.setUntil(int64(until))
 	return c.quorumError("extend", rd, nil)
 }
+
+// errReleasedDuringExtend ends an Extend of a lock whose Release began
+// while it ran: the holder gave the lock up (an Observer hears Cancelled).
+var errReleasedDuringExtend = fmt.Errorf("%w: released while Extend ran", ErrLockLost)
 
 // KeptUntil returns, after a Release that returned nil for a lock obtained
 // [WithHoldAtLeast] before its minimum hold had passed, the time until
@@ -246,9 +262,11 @@ func (l *Lock) KeptUntil() time.Time {
 // Once a Release has returned nil or ErrLockLost, later calls return nil at
 // once: a deferred Release after an explicit one is no alarm. After a
 // Release that merely failed to reach the masters, another call tries again,
-// and counts a key found gone (or another owner's) on a master the first
-// may have reached, before the key could have expired on its own, as
-// deleted by the first.
+// and counts a key found gone (or another owner's) on a master as deleted
+// by the first when the first was sent there while the lock was valid and
+// got no answer, unless the master was seen to restart since the lock was
+// obtained (its run_id changed; a client that may not read INFO sees no
+// restart).
 //
 // For a lock obtained [WithHoldAtLeast] whose minimum hold has not passed
 // yet, Release leaves the key in place for the rest of it instead of
@@ -258,7 +276,8 @@ func (l *Lock) Release(ctx context.Context) error {
 		return invalid("nil context")
 	}
 	if l.c.closed.Load() && !l.released.Load() {
-		l.until.Store(0)
+		l.releasing.Store(true) // an Extend in flight cannot set a validity any more
+		l.setUntil(0)
 		return ErrClosed
 	}
 	return l.release(ctx)
@@ -267,6 +286,9 @@ func (l *Lock) Release(ctx context.Context) error {
 // release is Release after validation; Do calls it while the client
 // closes.
 func (l *Lock) release(ctx context.Context) error {
+	if l.released.Load() {
+		return nil // decided before: no need to wait for an Extend holding l.mu
+	}
 	if !l.releasing.Swap(true) {
 		l.keyEnd.Store(l.until.Load())
 	}
@@ -303,7 +325,7 @@ func (l *Lock) releaseOp() (op, time.Duration, time.Time) {
 		o.ttl, kept = int64(ms), now.Add(rest)
 	}
 	o.deleted, o.reached = l.deleted.Load(), l.reached.Load()
-	o.keyEnd = c.epoch.Add(time.Duration(l.keyEnd.Load()))
+	o.keyEnd, o.since = c.epoch.Add(time.Duration(l.keyEnd.Load())), l.obtained
 	// The key expires at the latest ttl after the last Extend ran, before
 	// now; twice that leaves room for the masters' clocks.
 	o.stale = now.Add(2*ttl + max(rest, 0))
@@ -317,12 +339,15 @@ func (l *Lock) releaseOp() (op, time.Duration, time.Time) {
 func (l *Lock) releaseBehind(cause error) error {
 	c := l.c
 	o, timeout, _ := l.releaseOp()
-	o.deadline = time.Now().Add(timeout)
-	all := uint64(0)
-	for i := range c.nodes {
-		all |= bit(i)
+	now := time.Now()
+	o.deadline = now.Add(timeout)
+	if now.Before(o.keyEnd) { // sent while the key was ours: it may delete it
+		all := uint64(0)
+		for i := range c.nodes {
+			all |= bit(i)
+		}
+		l.reached.Or(all)
 	}
-	l.reached.Or(all)
 	rd := c.round()
 	defer rd.done()
 	for i := range c.nodes {
@@ -351,7 +376,9 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 		l.released.Store(true)
 		return c.quorumError("release", rd, nil)
 	}
-	rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
+	now := time.Now()
+	early := now.Before(o.keyEnd) // sent while the key was ours
+	rd := c.fanout(ctx, o, now.Add(timeout), timeout)
 	defer rd.done()
 	for i, n := range rd.nodes {
 		switch n.Err {
@@ -359,7 +386,9 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 			l.deleted.Or(bit(i))
 		case ErrTaken, errAbsent:
 		default: // it may run yet, or be kept and sent again
-			l.reached.Or(bit(i))
+			if early {
+				l.reached.Or(bit(i))
+			}
 		}
 	}
 	if answers != nil {

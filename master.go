@@ -87,15 +87,30 @@ func parseMaster(spec string) (*redis.Options, error) {
 
 // safeName names a master in an error without repeating a secret: the
 // host and port (or socket path) its spec names, without a scheme, a user
-// part, a password or a query.
+// part, a password or a query. A spec with an '@' past its authority (an
+// unencoded '/', '?' or '#' in a password, or a password in the query) or
+// with two is not named at all: its host cannot be told from a password.
 func safeName(spec string) string {
-	rest := spec
-	if i := strings.LastIndex(rest, "@"); i >= 0 {
-		rest = rest[i+1:]
-	} else if _, r, ok := strings.Cut(rest, "://"); ok {
-		rest = r
+	const hidden = "(not shown: it may hold a password)"
+	scheme, rest, ok := strings.Cut(spec, "://")
+	if !ok {
+		rest = spec
 	}
-	rest, _, _ = strings.Cut(rest, "?")
-	rest, _, _ = strings.Cut(rest, "#")
-	return rest
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	auth, tail := rest[:end], rest[end:]
+	if strings.Contains(tail, "@") || strings.Count(auth, "@") > 1 {
+		return hidden
+	}
+	if _, host, ok := strings.Cut(auth, "@"); ok {
+		auth = host
+	}
+	if scheme == "unix" {
+		tail, _, _ = strings.Cut(tail, "?")
+		tail, _, _ = strings.Cut(tail, "#")
+		return tail
+	}
+	return auth
 }

@@ -35,11 +35,32 @@ type node struct {
 	// restart from a connection merely closed: nil until asked, "" when
 	// the master does not say.
 	runID atomic.Pointer[string]
+	// restarted is when a lane first saw runID change (a restart), in ns
+	// since epoch; 0 if never.
+	epoch     time.Time
+	restarted atomic.Int64
+}
+
+// sawRunID records the run_id a fresh connection read, and notes a
+// restart when it differs from the one known before.
+func (n *node) sawRunID(run string) {
+	if run == "" {
+		return // not allowed to ask: restarts go unseen
+	}
+	if was := n.runID.Swap(&run); was != nil && *was != run {
+		n.restarted.Store(int64(max(time.Since(n.epoch), 1)))
+	}
+}
+
+// restartedAfter reports whether the master was seen to restart after t.
+func (n *node) restartedAfter(t time.Time) bool {
+	d := n.restarted.Load()
+	return d != 0 && n.epoch.Add(time.Duration(d)).After(t)
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
 	std, _ := rdb.(*redis.Client)
-	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1)}
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1), epoch: time.Now()}
 	n.seed = maphash.MakeSeed()
 	for range lanesFor(rdb, single) {
 		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil || !commandsAlias(), node: n, idle: connIdle}
@@ -148,6 +169,9 @@ func (n *node) close() {
 var (
 	errSkipped = fmt.Errorf("%w: the caller gave up before it was sent", errNoReply)
 	errQueued  = fmt.Errorf("%w: waited in the queue past its deadline: %w", errNoReply, context.DeadlineExceeded)
+	// errReleasing marks an Extend's request not sent because a Release
+	// of its lock has begun.
+	errReleasing = fmt.Errorf("%w: not sent, the lock is being released", errNoReply)
 )
 
 // deliver hands r's reply to its round and r back to the pool.

@@ -137,6 +137,8 @@ func outcome(ctx context.Context, err error, ok Outcome) Outcome {
 	switch {
 	case err == nil:
 		return ok
+	case err == errReleasedDuringExtend: // the holder released it
+		return Cancelled
 	case errors.Is(err, ErrLockLost):
 		return Lost
 	case errors.Is(err, ErrTaken):

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,18 +38,23 @@ type op struct {
 	// again marks an acquire that may have run already (sent a second
 	// time after the master closed its connection): it goes in a form safe
 	// to run twice (see build, result). A Release sent again so is marked
-	// reached instead, when the master is the same process.
+	// reached instead.
 	again bool
 	// For a Release: the masters (bit i for master i) where an earlier
 	// Release of the same lock deleted the key (deleted) or may have
-	// (reached: sent, and no answer came), and a time before which the key
-	// cannot have expired on its own (keyEnd: the lock's validity end when
-	// its first Release began). A Release that finds the key gone, or
-	// another owner's, on such a master finds what the earlier one did,
-	// not a lapse (see result). stale is when a Release kept for a master
-	// that did not answer becomes pointless: the key has expired by then.
-	deleted, reached uint64
-	keyEnd, stale    time.Time
+	// (reached: sent before keyEnd, the lock's validity end when its first
+	// Release began, and no answer came). A Release that finds the key
+	// gone, or another owner's, on such a master finds what the earlier one
+	// did, not a lapse, unless the master is seen to have restarted since
+	// the lock was obtained (since; see deletedBefore). stale is when a
+	// Release kept for a master that did not answer becomes pointless: the
+	// key has expired by then.
+	deleted, reached     uint64
+	keyEnd, since, stale time.Time
+	// halt, for an Extend, is the lock's releasing flag: a request still
+	// queued when a Release has begun is not sent, so that it cannot
+	// re-take a key the Release deleted.
+	halt *atomic.Bool
 }
 
 // bit is master i's bit in a mask of masters; 0 past the 64th, which is
@@ -191,8 +197,9 @@ func commandsAlias() bool {
 }
 
 // result reads the master's answer to r: the counter for a fenced acquire,
-// and nil, ErrTaken, errAbsent or the failure.
-func (r *request) result() (int64, error) {
+// and nil, ErrTaken, errAbsent or the failure. n, when known, says whether
+// the master restarted (see deletedBefore).
+func (r *request) result(n *node) (int64, error) {
 	err := r.cmd.Err()
 	if r.kind == opAcquire && !r.again {
 		if err == redis.Nil {
@@ -210,7 +217,7 @@ func (r *request) result() (int64, error) {
 	switch {
 	case v > 0:
 		return v, nil
-	case r.kind == opRelease && r.deletedBefore():
+	case r.kind == opRelease && r.deletedBefore(n):
 		return 0, nil
 	case v == 0:
 		return 0, ErrTaken
@@ -220,13 +227,17 @@ func (r *request) result() (int64, error) {
 }
 
 // deletedBefore reports whether an earlier Release of the lock deleted its
-// key on r's master: it said so, or it may have reached the master and the
-// key is found gone (or another owner's) before it could have expired on
-// its own. A master that lost its data in between (a restart without
-// persistence) is not told apart from that earlier Release.
-func (r *request) deletedBefore() bool {
+// key on r's master: it said so, or it was sent while the key was still
+// ours and no answer came, and the master is not seen to have restarted
+// since the lock was obtained (a restart without persistence loses the
+// key, and another owner may have held the lock since). A master whose
+// run_id the client may not read (INFO denied) is not seen to restart.
+func (r *request) deletedBefore(n *node) bool {
 	b := bit(r.idx)
-	return r.deleted&b != 0 || (r.reached&b != 0 && time.Now().Before(r.keyEnd))
+	if r.deleted&b != 0 {
+		return true
+	}
+	return r.reached&b != 0 && (n == nil || !n.restartedAfter(r.since))
 }
 
 // dropped says why r should not be sent at all: its caller gave up, or its
@@ -236,6 +247,9 @@ func (r *request) dropped(now time.Time) error {
 	case <-r.done:
 		return errSkipped
 	default:
+	}
+	if r.halt != nil && r.halt.Load() {
+		return errReleasing
 	}
 	if !now.Before(r.deadline) {
 		return errQueued

@@ -61,7 +61,7 @@ func TestResultDecoding(t *testing.T) {
 		r.cmd = redis.NewCmd(context.Background())
 		r.cmd.SetVal(tc.val)
 		r.cmd.SetErr(tc.err)
-		v, err := r.result()
+		v, err := r.result(nil)
 		if v != tc.wantVal || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 			t.Errorf("%s: got %d, %v; want %d, %v", tc.name, v, err, tc.wantVal, tc.wantErr)
 		}
@@ -69,31 +69,39 @@ func TestResultDecoding(t *testing.T) {
 }
 
 // TestReleaseAfterAnEarlierOne: a Release of a lock that an earlier
-// Release deleted, or may have reached, on this master (master 1 here).
+// Release deleted, or may have reached, on this master (master 1 here),
+// with the master seen to restart since the lock was obtained or not.
 func TestReleaseAfterAnEarlierOne(t *testing.T) {
-	soon, past := time.Now().Add(time.Minute), time.Now().Add(-time.Millisecond)
+	obtained := time.Now()
+	quiet := &node{epoch: obtained.Add(-time.Hour)}
+	restarted := &node{epoch: obtained.Add(-time.Hour)}
+	restarted.restarted.Store(int64(time.Hour + time.Second)) // a second after the obtain
+	before := &node{epoch: obtained.Add(-time.Hour)}
+	before.restarted.Store(int64(time.Hour - time.Second)) // a second before
 	for _, tc := range []struct {
 		name             string
 		deleted, reached uint64
-		keyEnd           time.Time
+		n                *node
 		val              int64
 		want             error
 	}{
-		{"no earlier Release: gone", 0, 0, soon, -1, errAbsent},
-		{"no earlier Release: another's", 0, 0, soon, 0, ErrTaken},
-		{"deleted here: gone", 0b10, 0, past, -1, nil},
-		{"deleted here: another's", 0b10, 0, past, 0, nil},
-		{"deleted elsewhere", 0b01, 0, soon, -1, errAbsent},
-		{"reached, before the TTL could end: gone", 0, 0b10, soon, -1, nil},
-		{"reached, before the TTL could end: another's", 0, 0b10, soon, 0, nil},
-		{"reached, after the TTL could end: gone", 0, 0b10, past, -1, errAbsent},
-		{"reached, after the TTL could end: another's", 0, 0b10, past, 0, ErrTaken},
-		{"reached elsewhere", 0, 0b01, soon, -1, errAbsent},
+		{"no earlier Release: gone", 0, 0, quiet, -1, errAbsent},
+		{"no earlier Release: another's", 0, 0, quiet, 0, ErrTaken},
+		{"deleted here: gone", 0b10, 0, restarted, -1, nil},
+		{"deleted here: another's", 0b10, 0, restarted, 0, nil},
+		{"deleted elsewhere", 0b01, 0, quiet, -1, errAbsent},
+		{"reached: gone", 0, 0b10, quiet, -1, nil},
+		{"reached: another's", 0, 0b10, quiet, 0, nil},
+		{"reached, run_id unknown: gone", 0, 0b10, nil, -1, nil},
+		{"reached, restarted before the obtain: gone", 0, 0b10, before, -1, nil},
+		{"reached, restarted since: gone", 0, 0b10, restarted, -1, errAbsent},
+		{"reached, restarted since: another's", 0, 0b10, restarted, 0, ErrTaken},
+		{"reached elsewhere", 0, 0b01, quiet, -1, errAbsent},
 	} {
-		r := &request{op: op{kind: opRelease, deleted: tc.deleted, reached: tc.reached, keyEnd: tc.keyEnd}, idx: 1}
+		r := &request{op: op{kind: opRelease, deleted: tc.deleted, reached: tc.reached, since: obtained}, idx: 1}
 		r.cmd = redis.NewCmd(context.Background())
 		r.cmd.SetVal(tc.val)
-		if _, err := r.result(); err != tc.want {
+		if _, err := r.result(tc.n); err != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}

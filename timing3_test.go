@@ -70,13 +70,14 @@ func TestRetriedReleaseAfterALapseReportsTheLoss(t *testing.T) {
 // persistence while A holds the lock; B obtains it (A's key is gone from a
 // majority) and releases it. A's Release then finds no key on those two
 // masters: ErrLockLost, as Release's doc says, when the lane's connection
-// was given back meanwhile. But a lane keeps its connection for 1s of
-// idleness (transport.go connIdle), so a Release within that second goes
-// out on the connection the restart closed, fails with EOF, and is sent
-// "again" (transport.go exec, closedConn), where no key counts as done
-// (request.go result): Release returns nil, and the two holders are never
-// reported. The same faults give a different answer depending on how long
-// ago the lane last sent something.
+// was given back meanwhile. But a lane keeps its connection while idle for
+// a while (transport.go connIdle), so a Release then goes out on the
+// connection the restart closed, fails with EOF, and was sent "again"
+// (transport.go exec, closedConn), where no key counted as done (request.go
+// result): Release returned nil, and the two holders were never reported.
+// The same faults gave a different answer depending on how long ago the
+// lane last sent something. (The test skips if the machine is so slow that
+// the lane gave its connection back before A's Release.)
 func TestReleaseAfterARestartReportsTheLoss(t *testing.T) {
 	ctx := context.Background()
 	servers, _, a := cluster(t, 3)
@@ -104,8 +105,8 @@ func TestReleaseAfterARestartReportsTheLoss(t *testing.T) {
 	}
 	err = l.Release(ctx)
 	took := time.Since(start)
-	if took > 900*time.Millisecond {
-		t.Skipf("too slow to stay within the lane's idle second (%v): %v", took, err)
+	if took > 10*time.Second {
+		t.Skipf("too slow to stay within the lane's idle time (%v): %v", took, err)
 	}
 	if !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("A's Release %v after two of three masters restarted (and B held the lock in between): %v; want ErrLockLost", took.Round(time.Millisecond), err)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -129,10 +131,6 @@ type redisTransport struct {
 	batches int           // batches conn carried since it was taken
 	idle    time.Duration // connIdle when the transport was made
 	local   bool          // the master is on a Unix socket: its addresses tell no client apart
-	// verify asks the next connection whether the master is the process
-	// it was (its run_id); same is the answer: false when it restarted or
-	// would not say.
-	verify, same bool
 
 	kill    []victim // connections given up with requests of unknown fate
 	pending []op     // Releases to send again, after the barrier
@@ -140,12 +138,15 @@ type redisTransport struct {
 	extra   []*redis.Cmd // this batch's barrier and pending commands
 }
 
-// A victim is a connection to kill before the next batch; it stays out of
-// the client's pool until then.
+// A victim is a connection to kill before the next batch. One that failed
+// with a network error or a timeout is given back at once (go-redis
+// discards it: it never reaches the application); one given up for another
+// reason (a panic) stays out of the client's pool until then (conn), unless
+// the pool runs dry.
 type victim struct {
 	id   int64
 	addr string
-	conn *redis.Conn
+	conn *redis.Conn // nil once given back
 }
 
 // deadlineCtx is the context a batch runs on: a deadline for go-redis's
@@ -190,20 +191,15 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		// fresh connection, after the barrier.
 		for _, r := range again {
 			r.again = r.kind != opRelease
+			if r.kind == opRelease && now.Before(r.keyEnd) {
+				// Its first run may have deleted the key: finding it gone
+				// (or another's) is then its own doing, unless the fresh
+				// connection finds the master restarted (deletedBefore).
+				r.reached |= bit(r.idx)
+			}
 			r.build(false, t.fresh)
 		}
-		t.verify, t.same = true, false
 		t.send(ctx, again, !t.node.loaded.Load(), time.Now())
-		if t.same {
-			// The same process: a Release that finds the key gone (or
-			// another's) before its TTL could have ended finds what its
-			// first run did. After a restart it finds what the restart did.
-			for _, r := range again {
-				if r.kind == opRelease {
-					r.reached |= bit(r.idx)
-				}
-			}
-		}
 	}
 	retry := 0
 	for i, r := range batch {
@@ -230,7 +226,7 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		}
 	}
 	for _, r := range batch {
-		r.val, r.err = r.result()
+		r.val, r.err = r.result(t.node)
 	}
 	t.keep(batch)
 }
@@ -363,16 +359,26 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 	}
 	broken := t.settle(load, loads[:])
 	for _, r := range batch {
-		if err := r.cmd.Err(); err != nil && !isReply(err) {
-			broken = true
+		if err := r.cmd.Err(); err != nil && !isReply(err) && broken == nil {
+			broken = err
 		}
 	}
-	if broken {
+	if broken != nil {
 		// A network error or a timeout: the connection may still carry
 		// requests the master will run later. Give it up, and have the
 		// next connection kill it first.
-		t.drop()
+		t.drop(socketFailed(broken))
 	}
+}
+
+// socketFailed reports whether err came from the connection's socket (a
+// timeout, a reset, a closed connection): go-redis then saw the connection
+// fail, and discards it when it is given back. An error a hook returned
+// before the connection was used leaves it healthy.
+func socketFailed(err error) bool {
+	var ne *net.OpError
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 func (t *redisTransport) addExtra(c *redis.Cmd) {
@@ -406,6 +412,17 @@ func (t *redisTransport) take(ctx context.Context) error {
 	at, _ := ctx.Deadline()
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), at)
 	defer cancel()
+	if len(t.kill) > 0 && t.poolDry() {
+		// The pool has no connection to spare for the barrier: give the
+		// victims still held back (they stay to be killed), or a pool of
+		// one would never have one.
+		for i := range t.kill {
+			if v := &t.kill[i]; v.conn != nil {
+				v.conn.Close()
+				v.conn = nil
+			}
+		}
+	}
 	misses := t.std.PoolStats().Misses
 	c := t.std.Conn()
 	taken := false
@@ -414,22 +431,16 @@ func (t *redisTransport) take(ctx context.Context) error {
 			c.Close()
 		}
 	}()
-	ask := t.verify || t.node.runID.Load() == nil
-	id, addr, run, err := t.identify(ctx, c, ask)
+	id, addr, run, err := t.identify(ctx, c)
 	if err == nil && t.std.PoolStats().Misses != misses {
 		c.Close() // dialed: back to the pool once, stamped, and out again
 		c = t.std.Conn()
-		id, addr, run, err = t.identify(ctx, c, ask)
+		id, addr, run, err = t.identify(ctx, c)
 	}
 	if err != nil {
 		return err
 	}
-	if ask {
-		was := t.node.runID.Swap(&run)
-		if t.verify {
-			t.verify, t.same = false, was != nil && *was != "" && *was == run
-		}
-	}
+	t.node.sawRunID(run)
 	if strings.HasSuffix(addr, ":0") {
 		// A Unix socket: every client's address is the socket's, and a
 		// restarted master gives IDs anew, so CLIENT KILL could hit a
@@ -447,12 +458,12 @@ func (t *redisTransport) take(ctx context.Context) error {
 var errBarrier = fmt.Errorf("%w: the master did not run the barrier before it", errNoReply)
 
 // identify asks c's client ID and address, whether CLIENT KILL is allowed
-// if nobody asked yet, and with run set the master's run_id; first of all
+// if nobody asked yet, and the master's run_id (to see a restart); first of all
 // it kills the connections given up before (t.kill), and closes them once
 // the master has. An error is a failure to get an answer, or a barrier
 // the master did not run; an ACL or a Redis that denies a question leaves
 // the ID 0, or the run_id "".
-func (t *redisTransport) identify(ctx context.Context, c *redis.Conn, run bool) (int64, string, string, error) {
+func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, string, string, error) {
 	kills := make([]*redis.Cmd, len(t.kill))
 	for i, v := range t.kill {
 		kills[i] = redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr)
@@ -462,9 +473,7 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn, run bool) 
 	if t.node.killKnown.Load() == 0 {
 		probe = redis.NewCmd(ctx, "client", "kill", "id", int64(math.MaxInt64), "addr", "0.0.0.0:0")
 	}
-	if run {
-		server = redis.NewCmd(ctx, "info", "server")
-	}
+	server = redis.NewCmd(ctx, "info", "server")
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range kills {
 			_ = p.Process(ctx, k)
@@ -487,7 +496,9 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn, run bool) 
 			}
 		}
 		for _, v := range t.kill {
-			v.conn.Close() // dead now: the pool's health check discards it
+			if v.conn != nil {
+				v.conn.Close() // dead now: the pool's health check discards it
+			}
 		}
 		clear(t.kill)
 		t.kill = t.kill[:0]
@@ -556,8 +567,8 @@ func clientIdentity(info string) (id int64, addr string) {
 
 // settle reads the replies of the commands that went with the batch: the
 // kept Releases, the script loads. It reports whether one of them failed
-// without an answer (the connection is then broken).
-func (t *redisTransport) settle(load bool, loads []*redis.Cmd) (broken bool) {
+// without an answer, and how (the connection is then broken).
+func (t *redisTransport) settle(load bool, loads []*redis.Cmd) (broken error) {
 	if len(t.extra) > 0 {
 		// The kept Releases went out after the barrier; keep those that
 		// did not get an answer.
@@ -566,7 +577,9 @@ func (t *redisTransport) settle(load bool, loads []*redis.Cmd) (broken bool) {
 		for i, c := range t.extra {
 			if err := c.Err(); !answered(err) {
 				t.keepOp(sent[i])
-				broken = broken || !isReply(err)
+				if !isReply(err) && broken == nil {
+					broken = err
+				}
 			}
 		}
 	}
@@ -582,17 +595,24 @@ func (t *redisTransport) settle(load bool, loads []*redis.Cmd) (broken bool) {
 	return broken
 }
 
-// drop gives up the lane's connection. With the barrier, it stays out of
-// the client's pool until the next connection has killed it; without, it
-// goes back (go-redis discards it if it saw it fail).
-func (t *redisTransport) drop() {
+// drop gives up the lane's connection; failed says go-redis saw its socket
+// fail (it then discards it when given back). With the barrier, the next
+// connection kills it first, and one that did not fail (a hook's error, a
+// panic) stays out of the client's pool until then, so that the
+// application never gets a connection the lane will kill; without, it goes
+// back.
+func (t *redisTransport) drop(failed bool) {
 	if t.conn == nil {
 		return
 	}
-	if t.barrier() {
-		t.kill = append(t.kill, victim{t.id, t.addr, t.conn})
-	} else {
+	switch {
+	case !t.barrier():
 		t.conn.Close()
+	case failed:
+		t.conn.Close()
+		t.kill = append(t.kill, victim{t.id, t.addr, nil})
+	default:
+		t.kill = append(t.kill, victim{t.id, t.addr, t.conn})
 	}
 	t.conn, t.pipe, t.id = nil, nil, 0
 }
@@ -673,7 +693,7 @@ func (t *redisTransport) reset([]*request) {
 	t.cmds = t.cmds[:0]
 	clear(t.extra)
 	t.extra = t.extra[:0]
-	t.drop()
+	t.drop(false)
 }
 
 // close sends the kept Releases one last time, within tickBudget, and
@@ -692,7 +712,9 @@ func (t *redisTransport) close() {
 		t.giveBack()
 	}
 	for _, v := range t.kill {
-		v.conn.Close()
+		if v.conn != nil {
+			v.conn.Close()
+		}
 	}
 	t.kill = nil
 }
@@ -729,10 +751,16 @@ func isReply(err error) bool {
 
 // answered reports whether the master ran the command: it replied, and not
 // with an error saying it runs nothing now (busy with a script, loading
-// its data, cut off from its own master, a Cluster slot moving).
+// its data, cut off from its own master, a Cluster slot moving or its
+// cluster down, a write refused for want of replicas (min-replicas-to-write)
+// or of a disk (MISCONF), a replica that takes no write).
 func answered(err error) bool {
 	return err == nil || (isReply(err) && !ranNothing(err))
 }
+
+// ranNothingPrefixes begin the error replies of a master that ran nothing
+// of the command and would run it later, or elsewhere after a failover.
+var ranNothingPrefixes = [...]string{"BUSY ", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "MISCONF", "READONLY"}
 
 // ranNothing reports whether err is an error reply of a master that runs
 // no command for now: it is as good as down.
@@ -741,5 +769,10 @@ func ranNothing(err error) bool {
 		return false
 	}
 	s := err.Error()
-	return strings.HasPrefix(s, "BUSY ") || strings.HasPrefix(s, "LOADING") || strings.HasPrefix(s, "MASTERDOWN") || strings.HasPrefix(s, "TRYAGAIN")
+	for _, p := range ranNothingPrefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }

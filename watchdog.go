@@ -261,7 +261,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			}
 			v := l.Validity()
 			if v == 0 {
-				w.lose(RanOut, ranOut(last))
+				w.loseAtZero(last)
 				return
 			}
 			t.Reset(min(w.every/4+time.Millisecond, v))
@@ -276,7 +276,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		v := l.Validity()
 		if v == 0 {
 			l.mu.Unlock()
-			w.lose(RanOut, ranOut(last))
+			w.loseAtZero(last)
 			return
 		}
 		// The renewal may not outlast the validity: if it hangs, the work
@@ -323,6 +323,17 @@ func (w *watchdog) lose(why LostReason, cause error) {
 		c.observe(w.base, &LostEvent{Key: w.l.key, Reason: why, Cause: cause, Held: now.Sub(w.l.obtained), SinceRenewal: now.Sub(w.renewed)})
 	}
 	w.lost(cause)
+}
+
+// loseAtZero tells the work that the validity is 0: refused, when the
+// holder's own Extend found the lock taken, else run out (last is the last
+// failed renewal's error).
+func (w *watchdog) loseAtZero(last error) {
+	if err := w.l.refusal.Load(); err != nil {
+		w.lose(Refused, *err)
+		return
+	}
+	w.lose(RanOut, ranOut(last))
 }
 
 // lostReason tells a renewal refused by the masters (another owner, or the

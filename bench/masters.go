@@ -111,18 +111,32 @@ func parseMaster(spec string) (*redis.Options, error) {
 	return &redis.Options{Addr: spec}, nil
 }
 
-// redactURL hides the password of a URL.
+// redactURL hides the password of a URL: its user part's and a password
+// query parameter's. A string that does not parse as a URL and holds an '@'
+// is hidden whole: an unencoded '/', '?' or '#' in a password makes its
+// host impossible to tell apart from the password.
 func redactURL(s string) string {
-	i := strings.Index(s, "://")
-	at := strings.LastIndex(s, "@")
-	if i < 0 || at < i {
+	if !strings.Contains(s, "://") {
+		if strings.Contains(s, "@") {
+			return "(not shown: it may hold a password)"
+		}
 		return s
 	}
-	user := s[i+3 : at]
-	if name, _, ok := strings.Cut(user, ":"); ok {
-		return s[:i+3] + name + ":xxx" + s[at:]
+	u, err := url.Parse(s)
+	if err != nil {
+		if strings.Contains(s, "@") || strings.Contains(strings.ToLower(s), "password") {
+			return "(not shown: it may hold a password)"
+		}
+		return s
 	}
-	return s
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxx")
+		u.RawQuery = q.Encode()
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxx")
+	}
+	return u.String()
 }
 
 // describe PINGs every master, reads its version and whether INFO is

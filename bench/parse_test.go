@@ -142,6 +142,13 @@ func TestParseMaster(t *testing.T) {
 	if got := redactArgs([]string{"-masters", "redis://bob:s3cret@a:1,b:2,rediss://:pw@c:3"}); got != "-masters redis://bob:xxx@a:1,b:2,rediss://:xxx@c:3" {
 		t.Errorf("redactArgs = %q", got)
 	}
+	// A password in the query, with an '@' in it; a password with an
+	// unencoded '/' that leaves no URL to parse.
+	for _, spec := range []string{"redis://a:1/0?password=ab@s3cret", "redis://bob:s3/cret@a:1", "bob:s3cret@a:1"} {
+		if got := redactURL(spec); strings.Contains(got, "s3") || strings.Contains(got, "cret") {
+			t.Errorf("redactURL(%q) = %q", spec, got)
+		}
+	}
 }
 
 func TestMatchPrefix(t *testing.T) {
