@@ -136,14 +136,20 @@ func (a replicaAcks) apply(c *config) { c.acks, c.ackWait, c.acksSet = a.n, a.ti
 // replicas (Sentinel): a replica promoted before it received the lock key
 // would let a second holder in. Default off: nothing is waited for.
 //
-// What it does not do: WAIT does not make Redis strongly consistent. A
-// failover can still promote a replica that missed the write when the
-// master has more replicas than replicas (Sentinel picks by its own rules,
-// not by who acknowledged); an acknowledgement means the replica received
-// the write, not that it wrote it to disk (WAITAOF, which would, exists only
-// from Redis 7.2 and is not used); and a replica that loses its data on
-// restart loses the key. Set replicas to the number of replicas every
-// master has, so that any promoted replica has the key.
+// What it does not do: WAIT does not make Redis strongly consistent. When
+// a master has more replicas than the number asked for, a failover can
+// still promote one that missed the write (Sentinel picks by its own
+// rules, not by who acknowledged); an acknowledgement means the replica
+// received the write, not that it wrote it to disk, so a replica that
+// restarts without persistence loses the key; and a replica promoted after
+// the lock's key expired on it holds nothing, as the master would not.
+// Ask for as many replicas as every master has, so that whichever is
+// promoted has the key; the price is that a master with a replica down
+// grants nothing until it is back (or the replica is removed).
+//
+// WAITAOF (an fsync on the master and its replicas) is not used: it exists
+// only from Redis 7.2, and it counts only replicas that run AOF, so on the
+// common setup without AOF on replicas it would refuse every grant.
 //
 // A failed acquire is undone like any failed attempt: the key is released
 // on the masters that granted it, so a later Obtain is not refused by a
