@@ -155,7 +155,9 @@ func TestReplicaAcksFrozenReplica(t *testing.T) {
 	if !strings.Contains(err.Error(), "0 of 1 replicas acknowledged") {
 		t.Fatalf("the error does not say how many acknowledged: %v", err)
 	}
-	if took < ackWait || took > ackNodeTimeout+ackWait {
+	// The master waits ackWait for the replica; the attempt and its undo
+	// each take a node timeout at most.
+	if took < ackWait || took > 2*ackNodeTimeout {
 		t.Fatalf("Obtain took %v: the master waits %v for the replica, then the undo", took, ackWait)
 	}
 	// The undo is waited for: the master answered, it is alive.
@@ -206,7 +208,7 @@ func TestReplicaAcksRenewals(t *testing.T) {
 	if !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Do with the replica frozen: %v, want ErrLockLost", err)
 	}
-	if lostAfter > ttl+100*time.Millisecond {
+	if lostAfter > ttl+200*time.Millisecond { // a busy machine's slack
 		t.Fatalf("fn's context ended %v after the replica froze, want within the TTL %v", lostAfter, ttl)
 	}
 }

@@ -150,8 +150,10 @@ type redisTransport struct {
 	cmds    []redis.Cmder
 	extra   []*redis.Cmd // this batch's barrier and pending commands
 
-	wait     *redis.Cmd // WithReplicaAcks: the WAIT after a batch with grants, reused
-	waitArgv [3]any     // backs wait's arguments
+	wait      *redis.Cmd // WithReplicaAcks: the WAIT after a batch with grants, reused
+	waitArgv  [3]any     // backs wait's arguments
+	waitMs    int64      // the last WAIT timeout, in ms, and its box
+	waitMsArg any
 }
 
 // A victim is a connection to kill before the next batch; it stays out of
@@ -426,7 +428,10 @@ func (t *redisTransport) waitCmd(batch []*request) *redis.Cmd {
 			r.acked, r.ackMs, r.ackErr = 0, ms, errNoWait
 		}
 	}
-	t.waitArgv = [3]any{"wait", t.node.acksArg, ms}
+	if ms != t.waitMs || t.waitMsArg == nil { // boxing allocates: keep the last box
+		t.waitMs, t.waitMsArg = ms, ms
+	}
+	t.waitArgv = [3]any{"wait", t.node.acksArg, t.waitMsArg}
 	if t.wait == nil || t.fresh {
 		t.wait = redis.NewCmd(context.Background(), t.waitArgv[:]...)
 	} else {
