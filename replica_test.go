@@ -77,8 +77,8 @@ func replicated(t *testing.T) (master, replica *redistest.Server, rdb *redis.Cli
 }
 
 const (
-	ackNodeTimeout = 300 * time.Millisecond
-	ackWait        = 50 * time.Millisecond
+	ackNodeTimeout = 400 * time.Millisecond
+	ackWait        = 100 * time.Millisecond
 )
 
 // TestReplicaAcksGrant: with the replica up, a lock WithReplicaAcks(1) is

@@ -170,7 +170,8 @@ func NewServers(n int, opts Options) ([]*Server, error) {
 
 // NewReplica starts a server as [NewServer] does, a replica of master
 // (--replicaof, kept across restarts), and returns once master lists it
-// online (its first sync done), within 10s. It sets the master's
+// online and it says its link to master is up (its first sync loaded),
+// within 10s. It sets the master's
 // repl-diskless-sync-delay to 0, so that the sync starts at once. The caller must call
 // [Server.Close].
 func NewReplica(master *Server, opts Options) (*Server, error) {
@@ -186,11 +187,31 @@ func NewReplica(master *Server, opts Options) (*Server, error) {
 	port := "port=" + strconv.Itoa(s.Port()) + ","
 	deadline := time.Now().Add(syncTimeout)
 	for {
+		// The master lists a replica of a diskless sync online once it has
+		// sent the data, before the replica has loaded it: until the
+		// replica says its link is up, it acknowledges nothing.
 		info, err := do(master.Addr(), probeTimeout, "INFO", "replication")
+		online := false
 		if err == nil {
 			for _, l := range strings.Split(info, "\n") {
-				if strings.HasPrefix(l, "slave") && strings.Contains(l, port) && strings.Contains(l, "state=online") {
-					return s, nil
+				online = online || strings.HasPrefix(l, "slave") && strings.Contains(l, port) && strings.Contains(l, "state=online")
+			}
+		}
+		if online {
+			info, err = do(s.Addr(), probeTimeout, "INFO", "replication")
+			if link, _ := infoField(info, "master_link_status"); err == nil && strings.TrimSpace(link) == "up" {
+				// Its first acknowledgement can take tens of
+				// milliseconds on a busy machine: wait for it here, not
+				// in the caller's first WAIT.
+				var n string
+				if n, err = masterReplicas(master); err == nil {
+					var acked string
+					acked, err = doAll(master.Addr(), time.Until(deadline),
+						[]string{"SET", "redistest:sync", "1"}, []string{"DEL", "redistest:sync"},
+						[]string{"WAIT", n, strconv.FormatInt(max(1, time.Until(deadline).Milliseconds()-100), 10)})
+					if err == nil && acked == n {
+						return s, nil
+					}
 				}
 			}
 		}
@@ -200,6 +221,16 @@ func NewReplica(master *Server, opts Options) (*Server, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// masterReplicas returns how many replicas master has connected.
+func masterReplicas(master *Server) (string, error) {
+	info, err := do(master.Addr(), probeTimeout, "INFO", "replication")
+	if err != nil {
+		return "", err
+	}
+	n, _ := infoField(info, "connected_slaves")
+	return strings.TrimSpace(n), nil
 }
 
 // Addr returns "127.0.0.1:port".
