@@ -114,6 +114,20 @@ func (e *failoverEnv) waitReplicaOnline() {
 		if !strings.Contains(info, want) {
 			return errors.New("not online yet")
 		}
+		// Its first acknowledgement can take tens of milliseconds after
+		// the sync on a busy machine: not in A's first WAIT.
+		var acked *redis.Cmd
+		if _, err := m.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, "chaos:sync", "1", 0)
+			p.Del(ctx, "chaos:sync")
+			acked = p.Do(ctx, "wait", 1, 400)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if n, _ := acked.Int(); n != 1 {
+			return errors.New("no acknowledgement yet")
+		}
 		return nil
 	})
 }
