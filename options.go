@@ -172,8 +172,12 @@ func (a replicaAcks) apply(c *config) { c.acks, c.ackWait, c.acksSet = a.n, a.ti
 // timeout is rounded up to whole milliseconds and must be shorter than the
 // node timeout (checked by New with [WithNodeTimeout], else by each call
 // against the TTL's default node timeout): the write and its WAIT share one
-// request's deadline, and a master gets less than timeout when the request
-// has less time left. replicas must be >= 1. The masters' users need WAIT
+// request's deadline. Leave 100ms more: Redis answers a WAIT that timed out
+// on its next cron tick (up to 100ms late at the default hz), and a WAIT
+// is cut (down to half the time the request has left) so that its answer
+// arrives before the request's deadline; an answer past it costs the
+// connection (a fresh one is taken). The error says how long the master
+// was given. replicas must be >= 1. The masters' users need WAIT
 // allowed by their ACL. A Redis Cluster master is refused: go-redis sends a
 // keyless WAIT in a Cluster pipeline to a shard of its choosing, on a pooled
 // connection, so it cannot be made to follow the write.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ type waitCounter struct {
 	mu    sync.Mutex
 	waits int // WAIT commands sent
 	cmds  int // commands sent, WAITs included
+	kills int // CLIENT KILLs of a connection given up (the barrier), not the probe
 }
 
 func (w *waitCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -45,6 +47,9 @@ func (w *waitCounter) count(cmds []redis.Cmder) {
 	n := 0
 	for i, c := range cmds {
 		w.cmds++
+		if a := c.Args(); len(a) > 3 && c.Name() == "client" && a[1] == "kill" && a[3] != int64(math.MaxInt64) {
+			w.kills++
+		}
 		if c.Name() == "wait" {
 			n++
 			if i != len(cmds)-1 {
@@ -58,10 +63,10 @@ func (w *waitCounter) count(cmds []redis.Cmder) {
 	w.waits += n
 }
 
-func (w *waitCounter) get() (waits, cmds int) {
+func (w *waitCounter) get() (waits, cmds, kills int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.waits, w.cmds
+	return w.waits, w.cmds, w.kills
 }
 
 // replicated starts a master with a replica, and returns both and a client
@@ -118,7 +123,7 @@ func TestReplicaAcksGrant(t *testing.T) {
 		}
 		c.Close()
 	}
-	if waits, _ := wc.get(); waits < 4 {
+	if waits, _, _ := wc.get(); waits < 4 {
 		t.Fatalf("%d WAITs for two acquires and two Extends", waits)
 	}
 }
@@ -183,6 +188,56 @@ func TestReplicaAcksFrozenReplica(t *testing.T) {
 	redistest.Eventually(t, func() error { return held.Extend(ctx, 10*time.Second) })
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReplicaAcksWaitFitsTheDeadline: a WAIT is cut to end before the
+// request's deadline, with room for Redis's late answer (its cron tick,
+// 100ms): with the replica frozen and a caller's deadline
+// shorter than the acknowledgement timeout, Obtain fails by that deadline
+// with a ReplicaError (the count arrived), and the lane keeps its
+// connection (a read past the deadline would have broken it, and the next
+// connection would have killed it first).
+func TestReplicaAcksWaitFitsTheDeadline(t *testing.T) {
+	ctx := context.Background()
+	_, replica, rdb, wc := replicated(t)
+	c := newClient(t, []redis.UniversalClient{rdb}, redlock.WithNodeTimeout(time.Second), redlock.WithReplicaAcks(1, 800*time.Millisecond))
+	l, err := c.Obtain(ctx, "warm", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Cont()
+	const deadline = 400 * time.Millisecond
+	dctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Obtain(dctx, "k", 10*time.Second)
+	took := time.Since(start)
+	var re *redlock.ReplicaError
+	if !errors.As(err, &re) || re.Err != nil || re.Timeout > deadline-deadline/8-100*time.Millisecond {
+		t.Fatalf("Obtain under a %v deadline, the replica frozen: %v, want a ReplicaError with a count, its WAIT shorter than the deadline", deadline, err)
+	}
+	if took > deadline+100*time.Millisecond {
+		t.Fatalf("Obtain took %v under a %v deadline", took, deadline)
+	}
+	if err := replica.Cont(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error {
+		l, err := c.Obtain(ctx, "after", 10*time.Second)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		return err
+	})
+	if _, _, kills := wc.get(); kills != 0 {
+		t.Fatalf("%d connections given up and killed: a WAIT outlived its deadline", kills)
 	}
 }
 
@@ -277,7 +332,7 @@ func TestReplicaAcksShareOneWait(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	waits, cmds := wc.get()
+	waits, cmds, _ := wc.get()
 	t.Logf("%d WAITs for %d acquires (%d commands)", waits, n, cmds)
 	if waits == 0 || waits > n {
 		t.Fatalf("%d WAITs for %d acquires", waits, n)
@@ -302,7 +357,7 @@ func TestReplicaAcksCostNothingWithout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if waits, _ := wc.get(); waits != 0 {
+	if waits, _, _ := wc.get(); waits != 0 {
 		t.Fatalf("%d WAITs without WithReplicaAcks", waits)
 	}
 }

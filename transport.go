@@ -73,11 +73,13 @@ import (
 //     earlier write of its connection, so one covers the whole batch (and
 //     the kept Releases before it), and its answer decides each grant of
 //     the batch. It blocks the connection, so its timeout is cut to leave
-//     the batch's earliest deadline room for the reply (a read past it
-//     would break the connection); it is never 0 (WAIT's "forever"). A
+//     the batch's earliest deadline room for the reply, a late one too
+//     (Redis answers a timed-out WAIT on its next cron tick), down to
+//     half the time left; it is never 0 (WAIT's "forever"). A
 //     batch without a grant, and a Client without the option, send none.
 //     (TestReplicaAcksGrant, TestReplicaAcksFrozenReplica,
-//     TestReplicaAcksShareOneWait, TestReplicaAcksCostNothingWithout)
+//     TestReplicaAcksWaitFitsTheDeadline, TestReplicaAcksShareOneWait,
+//     TestReplicaAcksCostNothingWithout)
 //   - Commands are reused and alias their request's arguments; go-redis is
 //     done with a command when Process or Exec returns, and a batch that
 //     panicked gives its commands up. (request.command,
@@ -404,11 +406,19 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 	}
 }
 
+// waitTick is how late Redis may answer a WAIT that timed out: it looks at
+// blocked clients' timeouts when its event loop wakes, which an idle
+// master does on its cron, 10 times a second at the default hz.
+const waitTick = 100 * time.Millisecond
+
 // waitCmd returns the WAIT to send after batch, or nil when no request of
-// batch wants acknowledgements. Its timeout is the option's, cut so that
-// the reply can still arrive before the batch's earliest deadline: WAIT
-// holds back every reply of the batch, and a read past a deadline would
-// break the connection. Never 0, which WAIT reads as "forever".
+// batch wants acknowledgements. WAIT holds back every reply of the batch,
+// and a read past a deadline would break the connection (given up, and
+// killed by the next one), so its timeout is the option's, cut so that
+// even a late answer (waitTick) arrives before the batch's earliest
+// deadline; but never below half the time left, which a healthy replica's
+// acknowledgement needs more than the connection does. Never 0, which
+// WAIT reads as "forever".
 func (t *redisTransport) waitCmd(batch []*request) *redis.Cmd {
 	var due time.Time
 	want := false
@@ -422,7 +432,7 @@ func (t *redisTransport) waitCmd(batch []*request) *redis.Cmd {
 		return nil
 	}
 	left := time.Until(due)
-	ms := max(1, int64(min(t.node.ackWait, left-max(left/4, time.Millisecond))/time.Millisecond))
+	ms := max(1, int64(min(t.node.ackWait, max(left/2, left-left/8-waitTick))/time.Millisecond))
 	for _, r := range batch {
 		if r.wantsAcks() {
 			r.acked, r.ackMs, r.ackErr = 0, ms, errNoWait

@@ -34,7 +34,7 @@ const (
 	// The scenario's node timeout and acknowledgement wait: a WAIT needs
 	// the replica's ack to cross the loopback twice, so the suite's 50ms
 	// node timeout is doubled for it.
-	failoverNodeTimeout = 200 * time.Millisecond
+	failoverNodeTimeout = 250 * time.Millisecond
 	failoverAckWait     = 100 * time.Millisecond
 )
 
