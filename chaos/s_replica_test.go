@@ -31,9 +31,9 @@ type failoverEnv struct {
 const (
 	sentinelMaster = "m"
 	downAfter      = 200 * time.Millisecond
-	// The scenario's node timeout and acknowledgement wait: a WAIT needs
-	// the replica's ack to cross the loopback twice, so the suite's 50ms
-	// node timeout is doubled for it.
+	// The scenario's node timeout and acknowledgement wait: Redis answers
+	// a WAIT that timed out up to 100ms late (its cron tick), so the
+	// suite's 50ms node timeout leaves no room for one.
 	failoverNodeTimeout = 250 * time.Millisecond
 	failoverAckWait     = 100 * time.Millisecond
 )
