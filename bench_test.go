@@ -53,3 +53,42 @@ func BenchmarkObtainRelease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkObtainReleaseReplicaAcks: the same cycle on a master with one
+// replica, WithReplicaAcks(1): what waiting for the replica costs.
+func BenchmarkObtainReleaseReplicaAcks(b *testing.B) {
+	master := redistest.Start(b, 1)[0]
+	redistest.StartReplica(b, master)
+	clients := redistest.Clients(b, []*redistest.Server{master})
+	c, err := redlock.NewSingle(clients[0], redlock.WithNodeTimeout(time.Second), redlock.WithReplicaAcks(1, 500*time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	var seq atomic.Int64
+	cycle := func(b *testing.B) {
+		l, err := c.Obtain(ctx, "k"+strconv.FormatInt(seq.Add(1), 10), 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("N=1", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			cycle(b)
+		}
+	})
+	b.Run("N=1/parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				cycle(b)
+			}
+		})
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinel errors. Compare with [errors.Is], never with ==: the errors
@@ -64,6 +65,29 @@ func (e unprefixed) Unwrap() error { return e.error }
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }
+
+// A ReplicaError is a master's answer, with [WithReplicaAcks], to a grant
+// it made (an acquire, an Extend) that too few of its replicas acknowledged
+// within the timeout: the grant does not count. It is a master's failure
+// (a [NodeError]'s Err), not a refusal: an Obtain that misses its quorum
+// for it matches [ErrNotObtained] and [ErrUnavailable], never [ErrTaken];
+// an Extend matches ErrUnavailable and keeps the lock until its shortened
+// validity ends. Find it with [errors.As].
+type ReplicaError struct {
+	Acked   int           // replicas that acknowledged the write (WAIT's answer)
+	Want    int           // replicas required
+	Timeout time.Duration // how long the master waited for them
+	Err     error         // why WAIT gave no count (an error reply, a timeout); nil when it did
+}
+
+func (e *ReplicaError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("redlock: granted, but no count of replica acknowledgements (WAIT %d %d): %v", e.Want, e.Timeout.Milliseconds(), unprefixed{e.Err})
+	}
+	return fmt.Sprintf("redlock: granted, but %d of %d replicas acknowledged within %v", e.Acked, e.Want, e.Timeout)
+}
+
+func (e *ReplicaError) Unwrap() error { return e.Err }
 
 // A NodeError is one master's answer to one request.
 type NodeError struct {

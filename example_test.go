@@ -95,6 +95,39 @@ func ExampleNewSingle() {
 	// release: <nil>
 }
 
+// A master that fails over to its replica (Sentinel): a grant counts only
+// once the replica acknowledged it, so the replica Sentinel promotes holds
+// the key. Here the master has one replica. (Not run: it needs a Sentinel.)
+func ExampleWithReplicaAcks() {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "locks",
+		SentinelAddrs:         []string{"sentinel-1:26379", "sentinel-2:26379", "sentinel-3:26379"},
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	})
+	defer rdb.Close()
+	locker, err := redlock.NewSingle(rdb,
+		redlock.WithNodeTimeout(400*time.Millisecond),
+		redlock.WithReplicaAcks(1, 200*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	ctx := context.Background()
+	lock, err := locker.Obtain(ctx, "nightly-job", time.Minute)
+	var re *redlock.ReplicaError
+	switch {
+	case errors.As(err, &re):
+		log.Printf("the replica did not acknowledge (%d of %d): not locked", re.Acked, re.Want)
+		return
+	case err != nil:
+		log.Print(err)
+		return
+	}
+	defer lock.Release(ctx)
+}
+
 // When the lock is not obtained, the error says why, and what each master
 // answered.
 func ExampleClient_Obtain() {

@@ -26,6 +26,13 @@ type node struct {
 	seed  maphash.Seed // for that hash
 	down  atomic.Bool  // the master stopped answering (kept with an Observer only)
 
+	// WithReplicaAcks: replicas that must acknowledge a grant (0: none, no
+	// WAIT is ever sent), boxed once for the WAIT's argument, and how long
+	// the master waits for them.
+	acks    int
+	acksArg any
+	ackWait time.Duration
+
 	// Shared by the node's transports.
 	loaded    atomic.Bool   // every script is in the master's cache, as far as we know
 	killKnown atomic.Int32  // 0 not asked yet, 1 CLIENT KILL allowed, 2 not
@@ -58,9 +65,12 @@ func (n *node) restartedAfter(t time.Time) bool {
 	return d != 0 && n.epoch.Add(time.Duration(d)).After(t)
 }
 
-func newNode(rdb redis.UniversalClient, addr string, single bool, reqs *sync.Pool, wg *sync.WaitGroup) *node {
+func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, reqs *sync.Pool, wg *sync.WaitGroup) *node {
 	std, _ := rdb.(*redis.Client)
 	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1), epoch: time.Now()}
+	if cfg.acks > 0 {
+		n.acks, n.acksArg, n.ackWait = cfg.acks, int64(cfg.acks), cfg.ackWait
+	}
 	n.seed = maphash.MakeSeed()
 	for range lanesFor(rdb, single) {
 		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil || !commandsAlias(), node: n, idle: connIdle}
@@ -181,6 +191,7 @@ func (n *node) deliver(r *request) {
 		rd.unref()
 	}
 	r.op, r.cmd, r.rd, r.val, r.err = op{}, nil, nil, 0, nil
+	r.acked, r.ackMs, r.ackErr = 0, 0, nil
 	clear(r.argv[:]) // the commands keep r.argv as their arguments
 	n.reqs.Put(r)
 }

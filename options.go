@@ -23,6 +23,11 @@ type config struct {
 	fencing     bool
 	obs         Observer
 	obsSet      bool
+	// WithReplicaAcks: replicas that must acknowledge each grant, and how
+	// long a master waits for them (whole milliseconds); 0 without.
+	acks    int
+	ackWait time.Duration
+	acksSet bool
 }
 
 func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
@@ -36,6 +41,29 @@ func (c *config) check() error {
 	}
 	if c.obsSet && c.obs == nil {
 		return invalid("nil observer")
+	}
+	if c.acksSet {
+		if c.acks < 1 {
+			return invalid("replica acknowledgements: at least 1 replica, got %d (leave the option out for none)", c.acks)
+		}
+		if c.ackWait < time.Millisecond {
+			return invalid("replica acknowledgement timeout must be at least 1ms, got %v", c.ackWait)
+		}
+		if r := c.ackWait % time.Millisecond; r != 0 {
+			c.ackWait += time.Millisecond - r
+		}
+		if c.nodeTimeout > 0 && c.ackWait >= c.nodeTimeout {
+			return invalid("replica acknowledgement timeout %v must be shorter than the node timeout %v: the write and its WAIT share one request to the master", c.ackWait, c.nodeTimeout)
+		}
+	}
+	return nil
+}
+
+// checkAcks validates the acknowledgement timeout against the node timeout
+// of a lock of ttl (the default node timeout depends on the TTL).
+func (c *config) checkAcks(ttl time.Duration) error {
+	if t := c.timeout(ttl); c.ackWait >= t {
+		return invalid("replica acknowledgement timeout %v must be shorter than the node timeout %v of a %v TTL: the write and its WAIT share one request to the master; set WithNodeTimeout, or a longer TTL", c.ackWait, t, ttl)
 	}
 	return nil
 }
@@ -91,6 +119,71 @@ func (fencing) apply(c *config) { c.fencing = true }
 // masters that acquired, the others raised to it before Obtain returns.
 // Counters never expire: one small key per lock key per master. Default off.
 func WithFencing() Option { return fencing{} }
+
+type replicaAcks struct {
+	n       int
+	timeout time.Duration
+}
+
+func (a replicaAcks) apply(c *config) { c.acks, c.ackWait, c.acksSet = a.n, a.timeout, true }
+
+// WithReplicaAcks makes a master's grant count only once at least replicas
+// of its replicas acknowledged it within timeout: after the acquire, and
+// after every Extend (a watchdog's renewals included), the master's
+// connection runs Redis's WAIT replicas timeout, and a master whose WAIT
+// answers fewer counts as failed for that request (a [*ReplicaError] with
+// how many acknowledged). It is for a master that fails over to its
+// replicas (Sentinel): a replica promoted before it received the lock key
+// would let a second holder in. Default off: nothing is waited for.
+//
+// What it does not do: WAIT does not make Redis strongly consistent. When
+// a master has more replicas than the number asked for, a failover can
+// still promote one that missed the write (Sentinel picks by its own
+// rules, not by who acknowledged); an acknowledgement means the replica
+// received the write, not that it wrote it to disk, so a replica that
+// restarts without persistence loses the key; and a replica promoted after
+// the lock's key expired on it holds nothing, as the master would not.
+// Ask for as many replicas as every master has, so that whichever is
+// promoted has the key; the price is that a master with a replica down
+// grants nothing until it is back (or the replica is removed).
+//
+// WAITAOF (an fsync on the master and its replicas) is not used: it exists
+// only from Redis 7.2, and it counts only replicas that run AOF, so on the
+// common setup without AOF on replicas it would refuse every grant.
+//
+// A failed acquire is undone like any failed attempt: the key is released
+// on the masters that granted it, so a later Obtain is not refused by a
+// grant that never counted. A failed Extend is a failure, not a refusal: it
+// matches [ErrUnavailable], never lengthens the validity and shortens it as
+// any failed Extend does (see [Lock.Extend]). Releases are not waited for:
+// a replica that missed one keeps the key until its TTL, a delay, not a
+// second holder.
+//
+// It is an Option, for the whole Client, rather than an ObtainOption: the
+// replicas are a property of the masters, not of one lock, and a lock's
+// every renewal (a watchdog's too, which takes no options) must wait as
+// its acquire did. With [New] every master waits for replicas of its own;
+// a master with fewer replicas never grants. The requests of one batch
+// share one WAIT at its end (WAIT covers every earlier write of the
+// connection), so locks pay one WAIT per batch, and a Client without the
+// option sends none. The WAIT blocks the master's connection, so other
+// requests of the same batch (Releases) wait for it too.
+//
+// timeout is rounded up to whole milliseconds and must be shorter than the
+// node timeout (checked by New with [WithNodeTimeout], else by each call
+// against the TTL's default node timeout): the write and its WAIT share one
+// request's deadline. Leave 100ms more: Redis answers a WAIT that timed out
+// on its next cron tick (up to 100ms late at the default hz), and a WAIT
+// is cut (down to half the time the request has left) so that its answer
+// arrives before the request's deadline; an answer past it costs the
+// connection (a fresh one is taken). The error says how long the master
+// was given. replicas must be >= 1. The masters' users need WAIT
+// allowed by their ACL. A Redis Cluster master is refused: go-redis sends a
+// keyless WAIT in a Cluster pipeline to a shard of its choosing, on a pooled
+// connection, so it cannot be made to follow the write.
+func WithReplicaAcks(replicas int, timeout time.Duration) Option {
+	return replicaAcks{replicas, timeout}
+}
 
 // An ObtainOption configures one call: how [Client.Obtain] retries
 // ([WithRetry]), and how [Client.Do], [Lock.Do] and [Lock.KeepAlive] keep

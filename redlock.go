@@ -150,12 +150,23 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if cfg.acks > 0 {
+		for i, m := range masters {
+			switch m.(type) {
+			case *redis.Client:
+			case *redis.ClusterClient:
+				return nil, invalid("master %d is a Redis Cluster client: WithReplicaAcks needs its WAIT on the connection that carried the write, and go-redis sends a keyless WAIT of a Cluster pipeline to a shard of its own choosing, on a pooled connection", i)
+			default:
+				return nil, invalid("master %d: WithReplicaAcks needs a *redis.Client (standalone or Sentinel), whose connection the WAIT can share with the write; got %T", i, m)
+			}
+		}
+	}
 	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{}), finished: make(chan struct{})}
 	for i, m := range masters {
 		if _, ok := m.(*redis.ClusterClient); ok {
 			c.sharded = true
 		}
-		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.requests, &c.wg))
+		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.cfg, &c.requests, &c.wg))
 	}
 	c.initPools()
 	return c, nil
@@ -347,6 +358,11 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 	if c.cfg.fencing && c.sharded && !hasTag(c.cfg.keyPrefix+key) && strings.IndexByte(c.cfg.keyPrefix+key, '}') >= 0 {
 		return 0, invalid("with fencing on a Redis Cluster, key %q (prefix included) contains '}' without a hash tag, so its fence counter cannot share its slot; put a hash tag in it, like {%s}", c.cfg.keyPrefix+key, key)
 	}
+	if c.cfg.acks > 0 {
+		if err := c.cfg.checkAcks(ttl); err != nil {
+			return 0, err
+		}
+	}
 	if c.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -448,7 +464,7 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 	for i := range c.nodes {
 		switch err := rd.nodes[i].Err; {
 		case err == ErrTaken:
-		case err == nil || err == errAbsent: // answered promptly: alive
+		case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
 			c.send(i, &o, wait)
 			n++
 		default:
@@ -456,6 +472,14 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 		}
 	}
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
+}
+
+// ranWithoutAcks reports whether err is a master's grant that too few
+// replicas acknowledged, with a count from WAIT: the master ran the write
+// and answered, so it is alive, and holds the key.
+func ranWithoutAcks(err error) bool {
+	re, ok := err.(*ReplicaError)
+	return ok && re.Err == nil
 }
 
 // boundedReads reports whether rdb's socket reads time out. go-redis keeps

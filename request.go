@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,13 @@ type request struct {
 	// not send) and delivered by the lane.
 	val int64
 	err error
+
+	// With WithReplicaAcks, for a request that wants them (wantsAcks): the
+	// answer of the WAIT that followed it, the replicas that acknowledged
+	// (acked) or why there is no count (ackErr), and the WAIT's timeout
+	// in milliseconds (ackMs).
+	acked, ackMs int64
+	ackErr       error
 
 	// Commands kept for reuse, by their number of arguments: a command's
 	// arguments are r.argv[:n], refilled for each request.
@@ -238,6 +246,28 @@ func (r *request) deletedBefore(n *node) bool {
 		return true
 	}
 	return r.reached&b != 0 && (n == nil || !n.restartedAfter(r.since))
+}
+
+// wantsAcks reports whether r is a grant that, with WithReplicaAcks, counts
+// only once replicas acknowledged it: an acquire, a fence raise, an Extend.
+// A Release does not wait: a replica that missed it keeps the key until its
+// TTL, a delay, not a second holder.
+func (r *request) wantsAcks() bool { return r.kind != opRelease }
+
+// errNoWait marks a request that wants acknowledgements whose WAIT did not
+// run: never seen unless a send left the WAIT out.
+var errNoWait = errors.New("redlock: no WAIT ran after the write")
+
+// ackResult is the error of a request that wants acks (wantsAcks) and was
+// granted: nil when at least want replicas acknowledged it.
+func (r *request) ackResult(want int) error {
+	switch {
+	case r.ackErr != nil:
+		return &ReplicaError{Want: want, Timeout: time.Duration(r.ackMs) * time.Millisecond, Err: r.ackErr}
+	case r.acked < int64(want):
+		return &ReplicaError{Acked: int(r.acked), Want: want, Timeout: time.Duration(r.ackMs) * time.Millisecond}
+	}
+	return nil
 }
 
 // dropped says why r should not be sent at all: its caller gave up, or its

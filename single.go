@@ -9,8 +9,10 @@ import "github.com/redis/go-redis/v9"
 //
 // It is an efficiency lock: if the master fails over to a replica that had
 // not yet received the key, or restarts without persistence, two holders can
-// overlap. Use fencing tokens checked by the resource, a constraint or a
-// consensus store when correctness matters. NewSingle never closes rdb.
+// overlap. [WithReplicaAcks] closes the first gap for a master whose every
+// replica must acknowledge a grant, not the second. Use fencing tokens
+// checked by the resource, a constraint or a consensus store when
+// correctness matters. NewSingle never closes rdb.
 func NewSingle(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("nil client")

@@ -69,6 +69,19 @@ import (
 //   - A pipeline that failed leaves no command without an error: go-redis
 //     does when it could not set the connection up for a reason the server
 //     gave (WRONGPASS). (TestWrongPasswordNeverGrants)
+//   - With WithReplicaAcks, a batch with at least one grant (an acquire, a
+//     fence raise, an Extend) ends with one WAIT on the same connection, in
+//     the same pipeline: WAIT counts the replicas that acknowledged every
+//     earlier write of its connection, so one covers the whole batch (and
+//     the kept Releases before it), and its answer decides each grant of
+//     the batch. It blocks the connection, so its timeout is cut to leave
+//     the batch's earliest deadline room for the reply, a late one too
+//     (Redis answers a timed-out WAIT on its next cron tick), down to
+//     half the time left; it is never 0 (WAIT's "forever"). A
+//     batch without a grant, and a Client without the option, send none.
+//     (TestReplicaAcksGrant, TestReplicaAcksFrozenReplica,
+//     TestReplicaAcksWaitFitsTheDeadline, TestReplicaAcksShareOneWait,
+//     TestReplicaAcksCostNothingWithout)
 //   - Commands are reused and alias their request's arguments; go-redis is
 //     done with a command when Process or Exec returns, and a batch that
 //     panicked gives its commands up. (request.command,
@@ -136,6 +149,11 @@ type redisTransport struct {
 	pending []op     // Releases to send again, after the barrier
 	cmds    []redis.Cmder
 	extra   []*redis.Cmd // this batch's barrier and pending commands
+
+	wait      *redis.Cmd // WithReplicaAcks: the WAIT after a batch with grants, reused
+	waitArgv  [3]any     // backs wait's arguments
+	waitMs    int64      // the last WAIT timeout, in ms, and its box
+	waitMsArg any
 }
 
 // A victim is a connection to kill before the next batch. One that failed
@@ -227,6 +245,9 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 	}
 	for _, r := range batch {
 		r.val, r.err = r.result(t.node)
+		if r.err == nil && t.node.acks > 0 && r.wantsAcks() {
+			r.err = r.ackResult(t.node.acks)
+		}
 	}
 	t.keep(batch)
 }
@@ -344,12 +365,19 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 			t.cmds = append(t.cmds, loads[i])
 		}
 	}
+	var wait *redis.Cmd
+	if t.node.acks > 0 {
+		wait = t.waitCmd(batch)
+	}
 	switch {
-	case len(t.cmds) == 0 && len(batch) == 1:
+	case len(t.cmds) == 0 && len(batch) == 1 && wait == nil:
 		_ = t.conn.Process(ctx, batch[0].cmd) // one command: Process spares the pipeline's slice
 	case len(t.cmds)+len(batch) > 0:
 		for _, r := range batch {
 			t.cmds = append(t.cmds, r.cmd)
+		}
+		if wait != nil {
+			t.cmds = append(t.cmds, wait) // last: it covers every write before it
 		}
 		_ = t.pipe.BatchProcess(ctx, t.cmds...)
 		_, err := t.pipe.Exec(ctx)
@@ -358,6 +386,11 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 		t.cmds = t.cmds[:0]
 	}
 	broken := t.settle(load, loads[:])
+	if wait != nil {
+		if err := t.acked(batch, wait); err != nil && broken == nil {
+			broken = err
+		}
+	}
 	for _, r := range batch {
 		if err := r.cmd.Err(); err != nil && !isReply(err) && broken == nil {
 			broken = err
@@ -379,6 +412,71 @@ func socketFailed(err error) bool {
 	var ne *net.OpError
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// waitTick is how late Redis may answer a WAIT that timed out: it looks at
+// blocked clients' timeouts when its event loop wakes, which an idle
+// master does on its cron, 10 times a second at the default hz.
+const waitTick = 100 * time.Millisecond
+
+// waitCmd returns the WAIT to send after batch, or nil when no request of
+// batch wants acknowledgements. WAIT holds back every reply of the batch,
+// and a read past a deadline would break the connection (given up, and
+// killed by the next one), so its timeout is the option's, cut so that
+// even a late answer (waitTick) arrives before the batch's earliest
+// deadline; but never below half the time left, which a healthy replica's
+// acknowledgement needs more than the connection does. Never 0, which
+// WAIT reads as "forever".
+func (t *redisTransport) waitCmd(batch []*request) *redis.Cmd {
+	var due time.Time
+	want := false
+	for _, r := range batch {
+		if due.IsZero() || r.deadline.Before(due) {
+			due = r.deadline
+		}
+		want = want || r.wantsAcks()
+	}
+	if !want {
+		return nil
+	}
+	left := time.Until(due)
+	ms := max(1, int64(min(t.node.ackWait, max(left/2, left-left/8-waitTick))/time.Millisecond))
+	for _, r := range batch {
+		if r.wantsAcks() {
+			r.acked, r.ackMs, r.ackErr = 0, ms, errNoWait
+		}
+	}
+	if ms != t.waitMs || t.waitMsArg == nil { // boxing allocates: keep the last box
+		t.waitMs, t.waitMsArg = ms, ms
+	}
+	t.waitArgv = [3]any{"wait", t.node.acksArg, t.waitMsArg}
+	if t.wait == nil || t.fresh {
+		t.wait = redis.NewCmd(context.Background(), t.waitArgv[:]...)
+	} else {
+		t.wait.SetErr(nil)
+		t.wait.SetVal(nil)
+	}
+	return t.wait
+}
+
+// acked gives the answer of the WAIT sent after batch to the requests of
+// batch that want acknowledgements. It returns the WAIT's failure when it
+// got no answer: the connection is then broken.
+func (t *redisTransport) acked(batch []*request, wait *redis.Cmd) error {
+	n, err := wait.Int64()
+	for _, r := range batch {
+		if r.wantsAcks() {
+			if err == nil {
+				r.acked, r.ackErr = n, nil
+			} else {
+				r.ackErr = err
+			}
+		}
+	}
+	if err != nil && !isReply(err) {
+		return err
+	}
+	return nil
 }
 
 func (t *redisTransport) addExtra(c *redis.Cmd) {
@@ -693,6 +791,7 @@ func (t *redisTransport) reset([]*request) {
 	t.cmds = t.cmds[:0]
 	clear(t.extra)
 	t.extra = t.extra[:0]
+	t.wait = nil // go-redis may still hold it
 	t.drop(false)
 }
 

@@ -65,6 +65,11 @@ type LockConfig struct {
 	NodeTimeout time.Duration // 0: the lock's default
 	Prefix      string
 	Fencing     bool
+	// ReplicaAcks, with AckWait: a grant counts only once that many of the
+	// master's replicas acknowledged it within AckWait (redlock's
+	// WithReplicaAcks); 0: none.
+	ReplicaAcks int
+	AckWait     time.Duration
 }
 
 // A NewLocker builds a Locker over masters; one master means a
@@ -80,6 +85,9 @@ func Redlock(masters []redis.UniversalClient, cfg LockConfig) (Locker, error) {
 	}
 	if cfg.Fencing {
 		opts = append(opts, redlock.WithFencing())
+	}
+	if cfg.ReplicaAcks > 0 {
+		opts = append(opts, redlock.WithReplicaAcks(cfg.ReplicaAcks, cfg.AckWait))
 	}
 	var c *redlock.Client
 	var err error

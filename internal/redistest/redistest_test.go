@@ -547,3 +547,43 @@ func TestProxy(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestReplicaAndSentinel: NewReplica returns a synced replica that gets
+// the master's writes; a Sentinel server monitors the master and knows the
+// replica.
+func TestReplicaAndSentinel(t *testing.T) {
+	ctx := context.Background()
+	master := Start(t, 1)[0]
+	replica := StartReplica(t, master)
+	mc, rc := master.Client(), replica.Client()
+	defer mc.Close()
+	defer rc.Close()
+	if err := mc.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := mc.Wait(ctx, 1, time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1: %d replicas (%v)", n, err)
+	}
+	if got := get(t, replica, "k"); got != "v" {
+		t.Fatalf("the replica holds %q, want v", got)
+	}
+	s, err := NewServer(Options{Sentinel: []string{fmt.Sprintf("sentinel monitor m 127.0.0.1 %d 1", master.Port())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DisableIdentity: true, Protocol: 2})
+	defer sc.Close()
+	Eventually(t, func() error {
+		rs, err := sc.Replicas(ctx, "m").Result()
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r["port"] == strconv.Itoa(replica.Port()) {
+				return nil
+			}
+		}
+		return fmt.Errorf("the Sentinel knows replicas %v", rs)
+	})
+}

@@ -16,6 +16,13 @@ import (
 // errors, integers, bulk strings), so the controller needs no go-redis client and
 // starts no goroutines. A Redis error reply is returned as a *replyError.
 func do(addr string, timeout time.Duration, args ...string) (string, error) {
+	return doAll(addr, timeout, args)
+}
+
+// doAll is do for several commands on one connection (WAIT counts the
+// acknowledgements of its own connection's writes); it returns the last
+// reply, or the first error.
+func doAll(addr string, timeout time.Duration, cmds ...[]string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return "", err
@@ -25,14 +32,23 @@ func do(addr string, timeout time.Duration, args ...string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	for _, args := range cmds {
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
 	}
 	if _, err := io.WriteString(conn, b.String()); err != nil {
 		return "", err
 	}
-	return readReply(bufio.NewReader(conn))
+	r := bufio.NewReader(conn)
+	var last string
+	for range cmds {
+		if last, err = readReply(r); err != nil {
+			return "", err
+		}
+	}
+	return last, nil
 }
 
 // A replyError is an error reply from redis-server, e.g. "LOADING Redis is loading the dataset in memory".

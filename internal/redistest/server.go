@@ -43,6 +43,9 @@ const (
 	logName      = "redis.log"
 	stdoutName   = "stdout.log" // stdout and stderr: config errors appear here, not in the log
 	tailLines    = 25
+	sentinelConf = "sentinel.conf"
+	// syncTimeout bounds NewReplica's wait for its first sync.
+	syncTimeout = 10 * time.Second
 )
 
 // ErrClosed is returned by the methods of a Server after Close.
@@ -74,6 +77,11 @@ type Options struct {
 	Env     []string // extra environment ("K=V"), e.g. LD_PRELOAD for a clock shim
 	Args    []string // extra redis-server arguments, appended last so they win
 	Cluster bool     // cluster-enabled yes, with its own bus port (used by NewCluster)
+	// Sentinel, when not empty, runs the server as a Redis Sentinel
+	// (redis-server sentinel.conf --sentinel): its config file in Dir
+	// holds these directives ("sentinel monitor m 127.0.0.1 6379 1", ...),
+	// and Sentinel rewrites it as it learns.
+	Sentinel []string
 }
 
 // A Server is one redis-server process with a fixed port and directory that
@@ -121,6 +129,13 @@ func NewServer(opts Options) (*Server, error) {
 	}
 	opts.Env = append([]string(nil), opts.Env...)
 	opts.Args = append([]string(nil), opts.Args...)
+	if len(opts.Sentinel) > 0 {
+		conf := strings.Join(opts.Sentinel, "\n") + "\n"
+		if err := os.WriteFile(filepath.Join(dir, sentinelConf), []byte(conf), 0o644); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("redistest: %w", err)
+		}
+	}
 	s := &Server{bin: bin, dir: dir, opts: opts}
 	s.mu.Lock()
 	err = s.startLocked(opts.Persist, true)
@@ -151,6 +166,71 @@ func NewServers(n int, opts Options) ([]*Server, error) {
 		return nil, err
 	}
 	return servers, nil
+}
+
+// NewReplica starts a server as [NewServer] does, a replica of master
+// (--replicaof, kept across restarts), and returns once master lists it
+// online and it says its link to master is up (its first sync loaded),
+// within 10s. It sets the master's
+// repl-diskless-sync-delay to 0, so that the sync starts at once. The caller must call
+// [Server.Close].
+func NewReplica(master *Server, opts Options) (*Server, error) {
+	// A diskless sync waits 5s by default for more replicas to join it.
+	if _, err := do(master.Addr(), probeTimeout, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		return nil, fmt.Errorf("redistest: master %s: %w", master.Addr(), err)
+	}
+	opts.Args = append(append([]string(nil), opts.Args...), "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
+	s, err := NewServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	port := "port=" + strconv.Itoa(s.Port()) + ","
+	deadline := time.Now().Add(syncTimeout)
+	for {
+		// The master lists a replica of a diskless sync online once it has
+		// sent the data, before the replica has loaded it: until the
+		// replica says its link is up, it acknowledges nothing.
+		info, err := do(master.Addr(), probeTimeout, "INFO", "replication")
+		online := false
+		if err == nil {
+			for _, l := range strings.Split(info, "\n") {
+				online = online || strings.HasPrefix(l, "slave") && strings.Contains(l, port) && strings.Contains(l, "state=online")
+			}
+		}
+		if online {
+			info, err = do(s.Addr(), probeTimeout, "INFO", "replication")
+			if link, _ := infoField(info, "master_link_status"); err == nil && strings.TrimSpace(link) == "up" {
+				// Its first acknowledgement can take tens of
+				// milliseconds on a busy machine: wait for it here, not
+				// in the caller's first WAIT.
+				var n string
+				if n, err = masterReplicas(master); err == nil {
+					var acked string
+					acked, err = doAll(master.Addr(), time.Until(deadline),
+						[]string{"SET", "redistest:sync", "1"}, []string{"DEL", "redistest:sync"},
+						[]string{"WAIT", n, strconv.FormatInt(max(1, time.Until(deadline).Milliseconds()-100), 10)})
+					if err == nil && acked == n {
+						return s, nil
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			s.Close()
+			return nil, fmt.Errorf("redistest: replica %s of %s not online within %v (last: %v)", s.Addr(), master.Addr(), syncTimeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// masterReplicas returns how many replicas master has connected.
+func masterReplicas(master *Server) (string, error) {
+	info, err := do(master.Addr(), probeTimeout, "INFO", "replication")
+	if err != nil {
+		return "", err
+	}
+	n, _ := infoField(info, "connected_slaves")
+	return strings.TrimSpace(n), nil
 }
 
 // Addr returns "127.0.0.1:port".
@@ -432,7 +512,11 @@ func freePort() (int, error) {
 type logOffsets struct{ log, stdout int64 }
 
 func (s *Server) args() []string {
-	a := []string{
+	var a []string
+	if len(s.opts.Sentinel) > 0 {
+		a = append(a, filepath.Join(s.dir, sentinelConf), "--sentinel")
+	}
+	a = append(a,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
@@ -440,8 +524,7 @@ func (s *Server) args() []string {
 		"--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, logName),
 		"--enable-debug-command", "local",
-		"--save", "",
-	}
+		"--save", "")
 	if s.opts.Persist {
 		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
 	} else {

@@ -79,6 +79,23 @@ func Clients(tb testing.TB, servers []*Server) []redis.UniversalClient {
 	return clients
 }
 
+// StartReplica starts a replica of master with [NewReplica] and closes it
+// in tb.Cleanup. It calls tb.Fatal on any error.
+func StartReplica(tb testing.TB, master *Server) *Server {
+	tb.Helper()
+	Require(tb)
+	s, err := NewReplica(master, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("redistest: close %s: %v", s.Addr(), err)
+		}
+	})
+	return s
+}
+
 // StartCluster starts a Redis Cluster of masters nodes and closes it in
 // tb.Cleanup. It calls [Require] first and tb.Fatal on any error.
 func StartCluster(tb testing.TB, masters int) *Cluster {
