@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -478,63 +477,6 @@ func TestBarrierKillsNoStrangerAfterARefusal(t *testing.T) {
 				t.Fatalf("the application's connection (client ID %d), which the lane had given back to the pool healthy after its hook refused a batch, was killed by the lane's barrier: %v", id, err)
 			}
 		})
-	}
-}
-
-// TestLanesOfASlowMasterDoNotQueueForConnections: the lanes of a single
-// master take their connections one at a time, and a lane keeps that turn
-// until its first batch on the connection has come back (transport.go
-// take: "the first batch runs holding the node's dial turn"), even when
-// the pool hands over a connection dialed long ago. Since lanes now give
-// their connection back after 20ms without requests, every burst after a
-// pause runs the lanes' first batches one after another: with a 40ms round
-// trip and a 100ms node timeout, the third and fourth lanes' requests time
-// out on a healthy master. (Before 2d3c695 a lane kept its connection.)
-func TestLanesOfASlowMasterDoNotQueueForConnections(t *testing.T) {
-	ctx := context.Background()
-	servers := redistest.Start(t, 1)
-	p, err := redistest.NewProxy(servers[0].Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	rdb := servers[0].Client(func(o *redis.Options) {
-		o.Addr = p.Addr()
-		o.ContextTimeoutEnabled = true
-		o.PoolSize = 16 // four lanes
-	})
-	defer rdb.Close()
-	c, err := redlock.NewSingle(rdb, redlock.WithNodeTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	burst := func() (failed []error) {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for i := range 16 {
-			wg.Go(func() {
-				l, err := c.Obtain(ctx, fmt.Sprint("k", i), time.Minute)
-				if err == nil {
-					err = l.Release(ctx)
-				}
-				if err != nil {
-					mu.Lock()
-					failed = append(failed, err)
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		return failed
-	}
-	if failed := burst(); len(failed) > 0 { // every lane has dialed a connection
-		t.Fatal(failed[0])
-	}
-	p.DelayOpen(20*time.Millisecond, 20*time.Millisecond) // a 40ms round trip
-	time.Sleep(100 * time.Millisecond)                    // a pause: the lanes give their connections back
-	if failed := burst(); len(failed) > 0 {
-		t.Fatalf("%d of 16 Obtain+Release with a 100ms node timeout failed on a healthy master 40ms away; the first: %v", len(failed), failed[0])
 	}
 }
 

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,5 +152,68 @@ func TestIdleClientGivesItsConnectionsBack(t *testing.T) {
 	time.Sleep(connIdle + 200*time.Millisecond)
 	if s := rdb.PoolStats(); s.IdleConns < s.TotalConns {
 		t.Fatalf("idle for longer than %v, the lock client still holds %d of the %d connections of the user's pool", connIdle, s.TotalConns-s.IdleConns, s.TotalConns)
+	}
+}
+
+// TestLanesOfASlowMasterDoNotQueueForConnections: the lanes of a single
+// master take their connections one at a time, and a lane keeps that turn
+// until its first batch on the connection has come back (transport.go
+// take: "the first batch runs holding the node's dial turn"), even when
+// the pool hands over a connection dialed long ago. Since lanes now give
+// their connection back after 20ms without requests, every burst after a
+// pause runs the lanes' first batches one after another: with a 40ms round
+// trip, a fresh connection (dialed through the slow proxy, identified,
+// put back once and identified again) and a batch cost about 160ms, so a
+// 250ms node timeout lets the first lane's requests through but not the
+// later ones' when lanes take their turns one after another. Lanes now keep
+// an idle connection for connIdle (15s): the test sets it to 20ms to give
+// connections back during the pause, as they were then.
+func TestLanesOfASlowMasterDoNotQueueForConnections(t *testing.T) {
+	defer func(d time.Duration) { connIdle = d }(connIdle)
+	connIdle = 20 * time.Millisecond
+	ctx := context.Background()
+	servers := redistest.Start(t, 1)
+	p, err := redistest.NewProxy(servers[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rdb := servers[0].Client(func(o *redis.Options) {
+		o.Addr = p.Addr()
+		o.ContextTimeoutEnabled = true
+		o.PoolSize = 16 // four lanes
+	})
+	defer rdb.Close()
+	c, err := NewSingle(rdb, WithNodeTimeout(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	burst := func() (failed []error) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				l, err := c.Obtain(ctx, fmt.Sprint("k", i), time.Minute)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				if err != nil {
+					mu.Lock()
+					failed = append(failed, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return failed
+	}
+	if failed := burst(); len(failed) > 0 { // every lane has dialed a connection
+		t.Fatal(failed[0])
+	}
+	p.DelayOpen(20*time.Millisecond, 20*time.Millisecond) // a 40ms round trip
+	time.Sleep(100 * time.Millisecond)                    // a pause: the lanes give their connections back
+	if failed := burst(); len(failed) > 0 {
+		t.Fatalf("%d of 16 Obtain+Release with a 250ms node timeout failed on a healthy master 40ms away; the first: %v", len(failed), failed[0])
 	}
 }
