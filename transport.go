@@ -38,9 +38,15 @@ import (
 //     application never gets a connection the lane will kill; a fresh
 //     connection whose barrier got no answer carried no lock request and
 //     goes back, so a lane holds at most one such connection however long
-//     the master stalls. (TestReleaseIsNotUndoneByStraggler,
+//     the master stalls, and one whose socket failed goes back at once
+//     (go-redis discards it). A fresh connection's round trip is no answer
+//     when the master replies BUSY or LOADING: the barrier and the run_id
+//     wait for the next. (TestReleaseIsNotUndoneByStraggler,
 //     TestBarrierKillsNoStranger, TestBarrierKillsNoStrangerAfterARefusal,
-//     TestPausedWritesDoNotDrainThePool)
+//     TestPausedWritesDoNotDrainThePool,
+//     TestVictimOnAPoolOfOneIsKilledAfterTheStall,
+//     TestDryPoolGivesTheApplicationNoVictim,
+//     TestConnectionTakenWhileBusyKeepsTheBarrier)
 //   - Where that barrier is not available (an ACL that denies CLIENT KILL
 //     or CLIENT INFO, a Redis before 6.2, a Cluster master), a straggler can
 //     still land after a later request: an Extend never shortens a key
@@ -159,8 +165,9 @@ type redisTransport struct {
 // A victim is a connection to kill before the next batch. One that failed
 // with a network error or a timeout is given back at once (go-redis
 // discards it: it never reaches the application); one given up for another
-// reason (a panic) stays out of the client's pool until then (conn), unless
-// the pool runs dry.
+// reason (a hook's error, a panic) stays out of the client's pool until it
+// is killed (conn); when the pool runs dry meanwhile, it is killed on a
+// connection dialed outside the pool (killOutside).
 type victim struct {
 	id   int64
 	addr string
@@ -510,15 +517,12 @@ func (t *redisTransport) take(ctx context.Context) error {
 	at, _ := ctx.Deadline()
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), at)
 	defer cancel()
-	if len(t.kill) > 0 && t.poolDry() {
-		// The pool has no connection to spare for the barrier: give the
-		// victims still held back (they stay to be killed), or a pool of
-		// one would never have one.
-		for i := range t.kill {
-			if v := &t.kill[i]; v.conn != nil {
-				v.conn.Close()
-				v.conn = nil
-			}
+	if t.holdsVictims() && t.poolDry() {
+		// The pool has no connection to spare for the barrier, and a held
+		// victim may be what the application waits for: kill the victims
+		// on a connection of our own, outside the pool, then let them go.
+		if err := t.killOutside(ctx); err != nil {
+			return err
 		}
 	}
 	misses := t.std.PoolStats().Misses
@@ -548,6 +552,48 @@ func (t *redisTransport) take(ctx context.Context) error {
 	taken = true
 	t.node.dialed.Store(true)
 	t.conn, t.pipe, t.took, t.id, t.addr, t.batches = c, c.Pipeline(), time.Now(), id, addr, 0
+	return nil
+}
+
+// holdsVictims reports whether a victim is still held out of the pool.
+func (t *redisTransport) holdsVictims() bool {
+	for _, v := range t.kill {
+		if v.conn != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// killOutside runs the barrier on a connection dialed for it alone, with
+// the client's options but none of its hooks or pool, and gives the
+// victims back once the master has killed them: a victim must not reach
+// the application alive, since the barrier would kill it under its user.
+func (t *redisTransport) killOutside(ctx context.Context) error {
+	o := *t.std.Options()
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	rdb := redis.NewClient(&o)
+	defer rdb.Close()
+	kills := make([]*redis.Cmd, len(t.kill))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, v := range t.kill {
+			kills[i] = redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr)
+			_ = p.Process(ctx, kills[i])
+		}
+		return nil
+	})
+	for _, k := range kills {
+		if !replied(k) && !refusedCommand(k.Err()) {
+			return fmt.Errorf("%w (%w)", errBarrier, err)
+		}
+	}
+	for _, v := range t.kill {
+		if v.conn != nil {
+			v.conn.Close()
+		}
+	}
+	clear(t.kill)
+	t.kill = t.kill[:0]
 	return nil
 }
 
@@ -601,9 +647,15 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, st
 		clear(t.kill)
 		t.kill = t.kill[:0]
 	}
-	stamp([]redis.Cmder{info}, err)
-	if err := info.Err(); err != nil && !isReply(err) {
-		return 0, "", "", err
+	stamp([]redis.Cmder{info, server}, err)
+	for _, c := range []*redis.Cmd{info, server} {
+		if err := c.Err(); err != nil && (!isReply(err) || ranNothing(err)) {
+			// No answer, or a master that runs nothing now (busy with a
+			// script, loading): neither says whether it allows the barrier
+			// or whether it restarted. The take fails; the next one asks
+			// again.
+			return 0, "", "", err
+		}
 	}
 	runID := ""
 	if server != nil && server.Err() == nil {

@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/masterlist"
 )
 
 type options struct {
@@ -104,7 +106,7 @@ func (o *options) finish(latencies string) error {
 		o.latencies = append(o.latencies, d)
 	}
 	if o.masterSpecs != "" {
-		n := len(strings.Split(o.masterSpecs, ","))
+		n := len(masterlist.Split(o.masterSpecs))
 		o.masters = slices.DeleteFunc(o.masters, func(m int) bool { return m > n })
 		if !slices.Contains(o.masters, n) {
 			o.masters = append(o.masters, n)
@@ -251,7 +253,7 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	var ms *masterSet
 	if o.masterSpecs != "" {
-		ms, err = externalMasters(strings.Split(o.masterSpecs, ","))
+		ms, err = externalMasters(masterlist.Split(o.masterSpecs))
 		if err != nil {
 			return 2, err
 		}
@@ -450,7 +452,7 @@ func cpuPerCycle(r *runResult) float64 {
 func redactArgs(args []string) string {
 	out := slices.Clone(args)
 	for i, a := range out {
-		parts := strings.Split(a, ",")
+		parts := masterlist.Split(a)
 		for j, p := range parts {
 			parts[j] = redactURL(p)
 		}

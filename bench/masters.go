@@ -129,7 +129,9 @@ func redactURL(s string) string {
 		}
 		return s
 	}
-	if q := u.Query(); q.Has("password") {
+	if q, err := url.ParseQuery(u.RawQuery); err != nil {
+		u.RawQuery = "(not shown)" // go-redis may read a password from a query that does not parse
+	} else if q.Has("password") {
 		q.Set("password", "xxx")
 		u.RawQuery = q.Encode()
 	}

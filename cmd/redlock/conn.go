@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/masterlist"
 )
 
 // Environment variables read when the matching flag is not given.
@@ -93,7 +94,7 @@ func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, erro
 	var opts []*redis.Options
 	seen := map[string]bool{}
 	anyTLS := false
-	for i, spec := range strings.Split(list, ",") {
+	for i, spec := range masterlist.Split(list) {
 		spec = strings.TrimSpace(spec)
 		if spec == "" {
 			return nil, usagef("--masters: master %d of the list is empty", i+1)
