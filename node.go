@@ -46,6 +46,8 @@ type node struct {
 	// since epoch; 0 if never.
 	epoch     time.Time
 	restarted atomic.Int64
+	// budget bounds a tick's (and Close's) sending of kept Releases.
+	budget time.Duration
 }
 
 // sawRunID records the run_id a fresh connection read, and notes a
@@ -67,7 +69,10 @@ func (n *node) restartedAfter(t time.Time) bool {
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, reqs *sync.Pool, wg *sync.WaitGroup) *node {
 	std, _ := rdb.(*redis.Client)
-	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1), epoch: time.Now()}
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, takes: make(chan struct{}, 1), epoch: time.Now(), budget: tickBudget}
+	if cfg.nodeTimeout > 0 {
+		n.budget = min(tickBudget, cfg.nodeTimeout)
+	}
 	if cfg.acks > 0 {
 		n.acks, n.acksArg, n.ackWait = cfg.acks, int64(cfg.acks), cfg.ackWait
 	}

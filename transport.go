@@ -124,7 +124,9 @@ const bareIdle = time.Second
 
 // tickEvery is how often a lane that holds a connection, or kept Releases,
 // looks at them while it has nothing else to do; tickBudget bounds what a
-// tick sends.
+// tick sends, and so does the node timeout when it is shorter (node.budget):
+// Close waits for a tick in flight and then sends the kept Releases once
+// more, and must stay within a few node timeouts.
 const (
 	tickEvery  = 50 * time.Millisecond
 	tickBudget = 200 * time.Millisecond
@@ -308,7 +310,7 @@ func (t *redisTransport) tick(now time.Time) bool {
 		t.giveBack()
 	}
 	if len(t.pending) > 0 || len(t.kill) > 0 {
-		t.ctx = deadlineCtx{at: now.Add(tickBudget)}
+		t.ctx = deadlineCtx{at: now.Add(t.node.budget)}
 		t.send(&t.ctx, nil, false, now)
 	}
 	return t.conn != nil || len(t.pending) > 0 || len(t.kill) > 0
@@ -813,7 +815,7 @@ func (t *redisTransport) sendPendingShared(now time.Time) {
 		reqs[i] = &request{op: sent[i]}
 		reqs[i].build(true, true) // EVAL: the master may have lost its scripts since
 	}
-	t.ctx = deadlineCtx{at: now.Add(tickBudget)}
+	t.ctx = deadlineCtx{at: now.Add(t.node.budget)}
 	t.sendShared(&t.ctx, reqs, false)
 	for i, r := range reqs {
 		if !answered(r.cmd.Err()) {
@@ -856,7 +858,7 @@ func (t *redisTransport) close() {
 	}
 	if len(t.pending) > 0 || len(t.kill) > 0 {
 		now := time.Now()
-		t.ctx = deadlineCtx{at: now.Add(tickBudget)}
+		t.ctx = deadlineCtx{at: now.Add(t.node.budget)}
 		t.send(&t.ctx, nil, false, now)
 	}
 	if t.conn != nil {
