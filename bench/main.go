@@ -106,7 +106,11 @@ func (o *options) finish(latencies string) error {
 		o.latencies = append(o.latencies, d)
 	}
 	if o.masterSpecs != "" {
-		n := len(masterlist.Split(o.masterSpecs))
+		specs, err := masterlist.Split(o.masterSpecs)
+		if err != nil {
+			return fmt.Errorf("-masters: %w", err)
+		}
+		n := len(specs)
 		o.masters = slices.DeleteFunc(o.masters, func(m int) bool { return m > n })
 		if !slices.Contains(o.masters, n) {
 			o.masters = append(o.masters, n)
@@ -253,7 +257,11 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	var ms *masterSet
 	if o.masterSpecs != "" {
-		ms, err = externalMasters(masterlist.Split(o.masterSpecs))
+		specs, err := masterlist.Split(o.masterSpecs)
+		if err != nil {
+			return 2, fmt.Errorf("-masters: %w", err)
+		}
+		ms, err = externalMasters(specs)
 		if err != nil {
 			return 2, err
 		}
@@ -452,7 +460,11 @@ func cpuPerCycle(r *runResult) float64 {
 func redactArgs(args []string) string {
 	out := slices.Clone(args)
 	for i, a := range out {
-		parts := masterlist.Split(a)
+		parts, err := masterlist.Split(a)
+		if err != nil {
+			out[i] = "(not shown: it may hold a password)"
+			continue
+		}
 		for j, p := range parts {
 			parts[j] = redactURL(p)
 		}

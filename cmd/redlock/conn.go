@@ -94,7 +94,11 @@ func (cf *connFlags) options(getenv func(string) string) ([]*redis.Options, erro
 	var opts []*redis.Options
 	seen := map[string]bool{}
 	anyTLS := false
-	for i, spec := range masterlist.Split(list) {
+	specs, err := masterlist.Split(list)
+	if err != nil {
+		return nil, usagef("--masters: %v", err)
+	}
+	for i, spec := range specs {
 		spec = strings.TrimSpace(spec)
 		if spec == "" {
 			return nil, usagef("--masters: master %d of the list is empty", i+1)

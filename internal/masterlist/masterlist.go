@@ -2,38 +2,23 @@
 // command's --masters and the benchmark's -masters take it.
 package masterlist
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
-// Split splits list at the commas that separate masters. A comma may also
-// stand unencoded in a URL's user part (redis://bob:pa,ss@host:6379): a
-// piece is joined to the URL before it when that URL names no user part
-// yet and a piece before the next URL holds the '@' that ends it. Splitting
-// such a password would print part of it in the error about the piece.
-func Split(list string) []string {
+// Split splits list at its commas. A ',' may stand unencoded in a URL's
+// user part (redis://bob:pa,ss@host:6379), which no split can tell from two
+// masters for sure; such a list always leaves a piece with an '@' and no
+// scheme (the '@' that ends the user part comes after the ','), and Split
+// refuses it, naming the piece by its position only: its text may hold a
+// part of a password. A master without a scheme has no user part anyway.
+func Split(list string) ([]string, error) {
 	pieces := strings.Split(list, ",")
-	var out []string
-	for i := 0; i < len(pieces); i++ {
-		spec := pieces[i]
-		if strings.Contains(spec, "://") && !hasUser(spec) {
-			// Look ahead, up to the next URL, for the '@' of a user part.
-			for j := i + 1; j < len(pieces) && !strings.Contains(pieces[j], "://"); j++ {
-				if strings.Contains(pieces[j], "@") {
-					spec = strings.Join(pieces[i:j+1], ",")
-					i = j
-					break
-				}
-			}
+	for i, p := range pieces {
+		if strings.Contains(p, "@") && !strings.Contains(p, "://") {
+			return nil, fmt.Errorf("master %d of %d has a user part but no scheme, or a password before it holds a ',' (write it %%2C): not shown, it may hold a password", i+1, len(pieces))
 		}
-		out = append(out, spec)
 	}
-	return out
-}
-
-// hasUser reports whether the URL spec has an '@' in its authority.
-func hasUser(spec string) bool {
-	_, rest, _ := strings.Cut(spec, "://")
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	return strings.Contains(rest, "@")
+	return pieces, nil
 }
