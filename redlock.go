@@ -478,8 +478,8 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 // replicas acknowledged, with a count from WAIT: the master ran the write
 // and answered, so it is alive, and holds the key.
 func ranWithoutAcks(err error) bool {
-	re, ok := err.(*ReplicaError)
-	return ok && re.Err == nil
+	var re *ReplicaError
+	return errors.As(err, &re) && re.Err == nil // a fence raise wraps it
 }
 
 // boundedReads reports whether rdb's socket reads time out. go-redis keeps
