@@ -178,10 +178,7 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
 	}
 	if ctx.Err() != nil { // nothing to ask the masters for a caller gone
-		rd := c.round()
-		defer rd.done()
-		rd.expire(context.Cause(ctx))
-		return c.quorumError("extend", rd, nil)
+		return c.unanswered("extend", nil, context.Cause(ctx), nil)
 	}
 	timeout := c.cfg.timeout(ttl)
 	deadline := start.Add(timeout)
@@ -348,13 +345,7 @@ func (l *Lock) releaseBehind(cause error) error {
 		}
 		l.reached.Or(all)
 	}
-	rd := c.round()
-	defer rd.done()
-	for i := range c.nodes {
-		c.send(i, &o, nil)
-	}
-	rd.expire(cause)
-	return c.quorumError("release", rd, nil)
+	return c.unanswered("release", &o, cause, nil)
 }
 
 // releaseLocked is release with l.mu held.
@@ -367,14 +358,8 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	o, timeout, kept := l.releaseOp()
 	if ctx.Err() != nil {
 		o.deadline, o.vals = time.Now().Add(timeout), ctx
-		rd := c.round()
-		defer rd.done()
-		for i := range c.nodes {
-			c.send(i, &o, nil)
-		}
-		rd.expire(context.Cause(ctx))
 		l.released.Store(true)
-		return c.quorumError("release", rd, nil)
+		return c.unanswered("release", &o, context.Cause(ctx), nil)
 	}
 	now := time.Now()
 	early := now.Before(o.keyEnd) // sent while the key was ours

@@ -327,10 +327,22 @@ func (c *Client) closedObtain(err error) error {
 	if err != ErrClosed {
 		return err
 	}
+	return c.unanswered("obtain", nil, ErrClosed, ErrNotObtained)
+}
+
+// unanswered is the error of a call that awaits no master's answer: each
+// master's is cause. With o set, o still goes to every master first,
+// nobody waiting for its replies (a Release's cleanup).
+func (c *Client) unanswered(what string, o *op, cause, kind error) error {
 	rd := c.round()
 	defer rd.done()
-	rd.expire(ErrClosed)
-	return c.quorumError("obtain", rd, ErrNotObtained)
+	if o != nil {
+		for i := range c.nodes {
+			c.send(i, o, nil)
+		}
+	}
+	rd.expire(cause)
+	return c.quorumError(what, rd, kind)
 }
 
 // wrapCause adds to err why the wait for the lock ended, unless err
@@ -385,10 +397,7 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 // attempt makes one try at the lock.
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, []NodeError, error) {
 	if ctx.Err() != nil {
-		rd := c.round()
-		defer rd.done()
-		rd.expire(context.Cause(ctx))
-		return nil, nil, c.quorumError("obtain", rd, ErrNotObtained)
+		return nil, nil, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)

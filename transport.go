@@ -271,8 +271,7 @@ func (t *redisTransport) closedConn(batch []*request) []*request {
 	}
 	var again []*request
 	for _, r := range batch {
-		if err := r.cmd.Err(); err != nil && !isReply(err) && !r.again &&
-			(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		if err := r.cmd.Err(); err != nil && !isReply(err) && !r.again && connClosed(err) {
 			again = append(again, r)
 		}
 	}
@@ -419,8 +418,13 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 // before the connection was used leaves it healthy.
 func socketFailed(err error) bool {
 	var ne *net.OpError
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded)
+	return connClosed(err) || errors.As(err, &ne) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// connClosed reports whether err says the connection was closed under its
+// command (by the master, or on the way).
+func connClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // waitTick is how late Redis may answer a WAIT that timed out: it looks at
@@ -576,17 +580,36 @@ func (t *redisTransport) killOutside(ctx context.Context) error {
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
 	rdb := redis.NewClient(&o)
 	defer rdb.Close()
-	kills := make([]*redis.Cmd, len(t.kill))
+	kills := t.killCmds(ctx)
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, v := range t.kill {
-			kills[i] = redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr)
-			_ = p.Process(ctx, kills[i])
+		for _, k := range kills {
+			_ = p.Process(ctx, k)
 		}
 		return nil
 	})
+	if !t.killed(kills) {
+		return fmt.Errorf("%w (%w)", errBarrier, err)
+	}
+	return nil
+}
+
+// killCmds returns the barrier: a CLIENT KILL for each victim.
+func (t *redisTransport) killCmds(ctx context.Context) []*redis.Cmd {
+	kills := make([]*redis.Cmd, len(t.kill))
+	for i, v := range t.kill {
+		kills[i] = redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr)
+	}
+	return kills
+}
+
+// killed reports whether the master ran every kill of the barrier, and if
+// so lets the victims go: dead now, the pool's health check discards them.
+// go-redis gives a pipeline's network error to all of its commands, those
+// answered too: a reply read is in Val.
+func (t *redisTransport) killed(kills []*redis.Cmd) bool {
 	for _, k := range kills {
 		if !replied(k) && !refusedCommand(k.Err()) {
-			return fmt.Errorf("%w (%w)", errBarrier, err)
+			return false
 		}
 	}
 	for _, v := range t.kill {
@@ -596,7 +619,7 @@ func (t *redisTransport) killOutside(ctx context.Context) error {
 	}
 	clear(t.kill)
 	t.kill = t.kill[:0]
-	return nil
+	return true
 }
 
 // errBarrier fails a batch whose fresh connection could not kill the
@@ -610,16 +633,13 @@ var errBarrier = fmt.Errorf("%w: the master did not run the barrier before it", 
 // the master did not run; an ACL or a Redis that denies a question leaves
 // the ID 0, or the run_id "".
 func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, string, string, error) {
-	kills := make([]*redis.Cmd, len(t.kill))
-	for i, v := range t.kill {
-		kills[i] = redis.NewCmd(ctx, "client", "kill", "id", v.id, "addr", v.addr)
-	}
+	kills := t.killCmds(ctx)
 	info := redis.NewCmd(ctx, "client", "info") // not ClientInfoCmd: a name with '=' fails its parser
-	var probe, server *redis.Cmd
+	server := redis.NewCmd(ctx, "info", "server")
+	var probe *redis.Cmd
 	if t.node.killKnown.Load() == 0 {
 		probe = redis.NewCmd(ctx, "client", "kill", "id", int64(math.MaxInt64), "addr", "0.0.0.0:0")
 	}
-	server = redis.NewCmd(ctx, "info", "server")
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range kills {
 			_ = p.Process(ctx, k)
@@ -628,26 +648,11 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, st
 		if probe != nil {
 			_ = p.Process(ctx, probe)
 		}
-		if server != nil {
-			_ = p.Process(ctx, server)
-		}
+		_ = p.Process(ctx, server)
 		return nil
 	})
-	if len(kills) > 0 {
-		for _, k := range kills {
-			// go-redis gives a pipeline's network error to all of its
-			// commands, those answered too: a reply read is in Val.
-			if !replied(k) && !refusedCommand(k.Err()) {
-				return 0, "", "", errBarrier
-			}
-		}
-		for _, v := range t.kill {
-			if v.conn != nil {
-				v.conn.Close() // dead now: the pool's health check discards it
-			}
-		}
-		clear(t.kill)
-		t.kill = t.kill[:0]
+	if !t.killed(kills) {
+		return 0, "", "", errBarrier
 	}
 	stamp([]redis.Cmder{info, server}, err)
 	for _, c := range []*redis.Cmd{info, server} {
@@ -660,7 +665,7 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, st
 		}
 	}
 	runID := ""
-	if server != nil && server.Err() == nil {
+	if server.Err() == nil {
 		s, _ := server.Val().(string)
 		runID = infoField(s, "run_id")
 	}
