@@ -72,11 +72,12 @@ type lane struct {
 	ticking *time.Timer // the next tick, while the transport wants ticks
 	poked   bool        // a tick is due
 
-	live []*request // scratch, owned by whoever runs the lane
+	live   []*request    // scratch, owned by whoever runs the lane
+	budget time.Duration // what a tick may take (node.budget): its stall point
 }
 
 func newLane(t transport, deliver func(*request)) *lane {
-	l := &lane{t: t, deliver: deliver}
+	l := &lane{t: t, deliver: deliver, budget: tickBudget}
 	l.cond.L = &l.mu
 	return l
 }
@@ -180,7 +181,7 @@ func (l *lane) work(wg *sync.WaitGroup) {
 		}
 		if len(l.queue) == 0 { // a tick
 			now := time.Now()
-			l.poked, l.running, l.stalled = false, true, stallAt(now, now.Add(tickBudget))
+			l.poked, l.running, l.stalled = false, true, stallAt(now, now.Add(l.budget))
 			kept := l.takeKept()
 			l.mu.Unlock()
 			again := l.tick(kept)

@@ -80,6 +80,7 @@ func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, r
 	for range lanesFor(rdb, single) {
 		t := &redisTransport{rdb: rdb, std: std, fresh: std == nil || !commandsAlias(), node: n, idle: connIdle}
 		l := newLane(t, n.deliver)
+		l.budget = n.budget
 		n.lanes = append(n.lanes, l)
 		wg.Add(1)
 		go l.work(wg)
