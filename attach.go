@@ -39,7 +39,7 @@ func (c *Client) Attach(ctx context.Context, key, token string, ttl time.Duratio
 	start := time.Now()
 	l := &Lock{c: c, key: key, token: token, fence: fence, obtained: start}
 	l.ttl.Store(int64(ttl))
-	l.op = newOp(opAcquire, full, ckey, token)
+	l.op = c.newOp(opAcquire, full, ckey, token)
 	o := l.op.with(opExtend, c.boxTTL(ttl), fence)
 	o.retakeBy = int64(0) // never: the master's clock is always past it
 	timeout := c.cfg.timeout(ttl)

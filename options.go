@@ -194,6 +194,7 @@ type ObtainOption interface{ applyObtain(*obtainConfig) }
 type obtainConfig struct {
 	retry       RetryStrategy // NoRetry unless set
 	retrySet    bool
+	wait        bool          // WithWait
 	holdAtLeast time.Duration // 0: Release deletes at once
 	renewEvery  time.Duration // 0: ttl/3
 	maxHold     time.Duration // 0: no cap
@@ -226,6 +227,12 @@ func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
 		if err := checkStrategy(oc.retry); err != nil {
 			return oc, err
 		}
+	}
+	if oc.wait && use&forObtain == 0 {
+		return oc, invalid("WithWait applies to Obtain and Do, which wait for the lock; this call does not")
+	}
+	if oc.wait && oc.retrySet {
+		return oc, invalid("WithWait and WithRetry both say how to wait for the lock: pass one")
 	}
 	if oc.holdAtLeast != 0 && use&forObtain == 0 {
 		return oc, invalid("WithHoldAtLeast applies to Obtain and Do, which take the lock; this call does not")
@@ -270,6 +277,19 @@ func (w withRetry) applyObtain(c *obtainConfig) { c.retry, c.retrySet = w.s, tru
 // WithRetry sets how Obtain retries after a failed attempt. Default
 // [NoRetry]: one attempt. Retries never outlast the context's deadline.
 func WithRetry(s RetryStrategy) ObtainOption { return withRetry{s} }
+
+type withWait struct{}
+
+func (withWait) applyObtain(c *obtainConfig) { c.wait = true }
+
+// WithWait makes Obtain (and Do) wait for the lock until it is obtained or
+// ctx ends, without polling: a waiter queues on the masters, and the
+// release of the lock wakes it (see "Waiting" in the package doc). Give
+// ctx a deadline to bound the wait; [Client.Close] ends it (ErrClosed).
+// The masters must allow PUBLISH and SUBSCRIBE (SPUBLISH and SSUBSCRIBE,
+// Redis 7, on a Redis Cluster) to the clients' users. It cannot be
+// combined with [WithRetry].
+func WithWait() ObtainOption { return withWait{} }
 
 type renewEvery time.Duration
 

@@ -74,7 +74,11 @@ type Client struct {
 	closing  chan struct{}  // closed when Close starts
 	finished chan struct{}  // closed when Close has finished
 
-	sharded bool // a master shards keys by hash slot (Cluster, Ring)
+	sharded     bool   // a master shards keys by hash slot (Cluster, Ring)
+	shardedMask uint64 // bit i: master i is a Redis Cluster (wake.go)
+
+	wake     *waker // made by the first wait (wake.go); guarded by mu
+	graceArg any    // int64 ms: how long a release keeps a key for a waiter
 
 	// Pools for the hot path; see round.go.
 	rounds, requests, timers sync.Pool
@@ -165,8 +169,13 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	for i, m := range masters {
 		if _, ok := m.(*redis.ClusterClient); ok {
 			c.sharded = true
+			c.shardedMask |= bit(i)
 		}
 		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.cfg, &c.requests, &c.wg))
+	}
+	c.graceArg = defaultGrace.Milliseconds()
+	if cfg.nodeTimeout > 0 {
+		c.graceArg = (2 * cfg.nodeTimeout).Milliseconds()
 	}
 	c.initPools()
 	return c, nil
@@ -190,8 +199,12 @@ func (c *Client) Close() error {
 		return nil
 	}
 	close(c.closing)
+	w := c.wake
 	c.mu.Unlock()
 	c.dos.Wait()
+	if w != nil {
+		w.stop()
+	}
 	for _, n := range c.nodes {
 		n.close()
 	}
@@ -258,6 +271,9 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 // obtainLoop makes the attempts; it returns the lock, how many attempts it
 // made, and, with an Observer, the winning attempt's answers.
 func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (_ *Lock, n int, _ []NodeError, _ error) {
+	if oc.wait {
+		return c.obtainWait(ctx, key, ttl)
+	}
 	var timer *time.Timer
 	var last error
 	for n = 1; ; n++ {
@@ -396,18 +412,33 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 
 // attempt makes one try at the lock.
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, []NodeError, error) {
+	l, nodes, _, err := c.try(ctx, key, ttl, newToken(), false)
+	return l, nodes, err
+}
+
+// try makes one try at the lock with token; queued, it also queues this
+// Client on the masters that refuse (waitScript, wake.go). A failed try
+// says how long until a quorum of the masters could be free (their keys'
+// PTTL; see quorumFree), or a node timeout when they did not say.
+func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token string, queued bool) (*Lock, []NodeError, time.Duration, error) {
 	if ctx.Err() != nil {
-		return nil, nil, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
+		return nil, nil, 0, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
-	l := &Lock{c: c, key: key, token: newToken(), obtained: start}
+	l := &Lock{c: c, key: key, token: token, obtained: start}
 	l.ttl.Store(int64(ttl))
 	full, kind, ckey := c.cfg.keyPrefix+key, opAcquire, ""
 	if c.cfg.fencing {
 		kind, ckey = opAcquireFenced, counterKey(full)
 	}
-	l.op = newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
+	if queued {
+		kind = opAcquireWait
+	}
+	l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
+	if queued {
+		l.op.qtoken, l.op.score = c.wake.token, start.UnixMilli()
+	}
 	rd := c.fanout(ctx, l.op, start.Add(timeout), timeout)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
@@ -422,9 +453,13 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 			if c.cfg.obs != nil {
 				nodes = slices.Clone(rd.nodes)
 			}
-			return l, nodes, nil
+			return l, nodes, 0, nil
 		}
 		lapsed = true
+	}
+	wait, ok := c.quorumFree(rd)
+	if !ok {
+		wait = jitter(timeout/2, timeout)
 	}
 	c.undo(ctx, rd, l.op, timeout)
 	if lapsed {
@@ -434,7 +469,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 			}
 		}
 	}
-	return nil, nil, c.quorumError("obtain", rd, ErrNotObtained)
+	return nil, nil, wait, c.quorumError("obtain", rd, ErrNotObtained)
 }
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)

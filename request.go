@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,8 @@ const (
 	opRaise                       // raiseScript
 	opExtend                      // extendScript, or extendFencedScript with a counter
 	opRelease                     // releaseScript, or keepScript with a TTL
+	opAcquireWait                 // waitScript: a waiting Obtain's acquire (wake.go)
+	opWatch                       // watchScript: Client.WaitReleased (wake.go)
 )
 
 // An op is what a round asks of every master. Its arguments are boxed once
@@ -30,8 +33,14 @@ type op struct {
 	key, ckey, token any // strings; ckey is nil without fencing
 	ttl, fence       any // int64 milliseconds, int64
 	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
-	deadline         time.Time
-	done             <-chan struct{} // the caller's context; a request it ends before sending is dropped
+	// The wait queue (wake.go): its key, the Client's queue token (or
+	// watcher entry) and queue score, and the grace a release keeps the
+	// key for the queue's head (int64 milliseconds). sharded has bit i set
+	// for a master that is a Redis Cluster: its wake channel is sharded.
+	qkey, qtoken, score, grace any
+	sharded                    uint64
+	deadline                   time.Time
+	done                       <-chan struct{} // the caller's context; a request it ends before sending is dropped
 	// vals is the caller's context, for its values only (a span for a
 	// go-redis hook); it lives as long as the request.
 	vals   context.Context
@@ -70,7 +79,7 @@ func bit(i int) uint64 {
 // newOp boxes a lock's key, counter key and token, for an op of kind that
 // takes no TTL or fence; with sets those.
 func newOp(kind opKind, key, ckey, token string) op {
-	o := op{kind: kind, key: key, token: token}
+	o := op{kind: kind, key: key, token: token, qkey: waitKey(key)}
 	if ckey != "" {
 		o.ckey = ckey
 	}
@@ -147,11 +156,22 @@ func (r *request) build(eval, fresh bool) {
 		} else {
 			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy)
 		}
+	case opAcquireWait:
+		s = &waitScript
+		if r.ckey == nil {
+			a = append(a, nil, nil, 2, r.key, r.qkey, r.token, r.ttl, r.qtoken, r.score)
+		} else {
+			a = append(a, nil, nil, 3, r.key, r.qkey, r.ckey, r.token, r.ttl, r.qtoken, r.score)
+		}
+	case opWatch:
+		s, a = &watchScript, append(a, nil, nil, 2, r.key, r.qkey, r.qtoken)
 	default:
 		if r.ttl != nil { // kept for the rest of a minimum hold
 			s, a = &keepScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
+		} else if r.sharded&bit(r.idx) != 0 {
+			s, a = &releaseScript, append(a, nil, nil, 2, r.key, r.qkey, r.token, r.grace, "spublish", r.qkey)
 		} else {
-			s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
+			s, a = &releaseScript, append(a, nil, nil, 2, r.key, r.qkey, r.token, r.grace, "publish", wakeChannel)
 		}
 	}
 	if eval {
@@ -218,6 +238,9 @@ func (r *request) result(n *node) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if r.kind == opAcquireWait || r.kind == opWatch {
+		return r.pair()
+	}
 	v, err := r.cmd.Int64()
 	if err != nil {
 		return 0, err
@@ -232,6 +255,30 @@ func (r *request) result(n *node) (int64, error) {
 	default:
 		return 0, errAbsent
 	}
+}
+
+// pair reads the {flag, number} reply of waitScript and watchScript: the
+// fence (or 0) when taken, or the key's PTTL with ErrTaken when held by
+// another owner; for a watch, the PTTL when held, errAbsent when not.
+func (r *request) pair() (int64, error) {
+	vs, err := r.cmd.Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(vs) != 2 {
+		return 0, fmt.Errorf("redlock: unexpected reply %v", vs)
+	}
+	n, _ := vs[1].(int64)
+	if r.kind == opWatch {
+		if n == -2 {
+			return 0, errAbsent
+		}
+		return n, nil
+	}
+	if f, _ := vs[0].(int64); f == 1 {
+		return n, nil
+	}
+	return n, ErrTaken
 }
 
 // deletedBefore reports whether an earlier Release of the lock deleted its

@@ -8,7 +8,7 @@ package redlock
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
-var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript, &acquireAgainScript, &acquireFencedAgainScript}
+var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript, &acquireAgainScript, &acquireFencedAgainScript, &waitScript, &watchScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it, each also
 // boxed once as a command argument, so that building a command allocates
@@ -20,13 +20,40 @@ type script struct {
 
 func newScript(src, sha string) script { return script{src: src, sha: sha, srcArg: src, shaArg: sha} }
 
-// releaseScript deletes the lock only if we still own it.
+// releaseScript deletes the lock only if we still own it, or hands it to
+// the waiters queued on the key (see wake.go): when the wait queue holds a
+// Client, the key is kept for that Client's waiter, its value the Client's
+// queue token, for a grace period (the waiter then takes it with
+// waitScript), and the Client is told on the wake channel. Watchers
+// (Client.WaitReleased) queued with score 0 are popped first and told once
+// that the holder released. A release with nobody queued costs one ZPOPMIN
+// of an absent key more than a bare compare-and-delete.
 //
 //	KEYS[1]  lock key
+//	KEYS[2]  wait queue (same hash slot)
 //	ARGV[1]  owner token
-//	returns  1 deleted, 0 held by another owner, -1 key absent
+//	ARGV[2]  grace in milliseconds
+//	ARGV[3]  publish command: PUBLISH, or SPUBLISH on a Redis Cluster
+//	ARGV[4]  wake channel
+//	returns  1 deleted or handed over, 0 held by another owner, -1 key absent
 var releaseScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
+	local told = false
+	while true do
+		local h = redis.call('ZPOPMIN', KEYS[2])
+		if #h == 0 then
+			break
+		end
+		if string.sub(h[1], 1, 1) ~= '~' then
+			redis.call('SET', KEYS[1], h[1], 'PX', ARGV[2])
+			redis.call(ARGV[3], ARGV[4], h[1] .. KEYS[1])
+			return 1
+		end
+		if not told then
+			redis.call(ARGV[3], ARGV[4], '~' .. KEYS[1])
+			told = true
+		end
+	end
 	redis.call('DEL', KEYS[1])
 	return 1
 end
@@ -35,7 +62,7 @@ if v == false then
 end
 return 0
 `,
-	"12bbe2660b1ddffae4cd5513562a030b74e9c337")
+	"5cdf583ac1adc050cc518a0520d29920a44c56f3")
 
 // keepScript is the Release of a lock held at least for a while
 // (WithHoldAtLeast) that is released early: if we still own it, its key
@@ -249,3 +276,56 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return redis.call('INCR', KEYS[2])
 `,
 	"d32de811abdaa137bf95adb193be8f994fbfccde")
+
+// waitScript is the acquire of a waiting Obtain (WithWait). It takes the
+// key when it is free or kept for this Client by a release (the value is
+// the Client's queue token); otherwise it queues the Client on the key
+// (once: a Client already queued keeps its place) and returns the key's
+// remaining TTL, so the waiter sleeps no longer than that. The queue is
+// ordered by the Client's clock at queueing (ARGV[4]): one Client queues
+// with one score on every master, so the masters agree on the order. The
+// queue expires when nobody queued for twice the key's TTL and a second.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  wait queue (same hash slot)
+//	KEYS[3]  fence counter, with fencing (same hash slot)
+//	ARGV[1]  owner token
+//	ARGV[2]  TTL in milliseconds
+//	ARGV[3]  the Client's queue token
+//	ARGV[4]  queue score: the Client's Unix time in milliseconds
+//	returns  {1, fence or 0} taken, {0, PTTL} held by another owner
+var waitScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == false or v == ARGV[3] or v == ARGV[1] then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	if v == false then
+		redis.call('ZREM', KEYS[2], ARGV[3])
+	end
+	if #KEYS > 2 then
+		return {1, redis.call('INCR', KEYS[3])}
+	end
+	return {1, 0}
+end
+redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[3])
+local t = redis.call('PTTL', KEYS[1])
+redis.call('PEXPIRE', KEYS[2], 2 * math.max(t, 0) + 1000)
+return {0, t}
+`,
+	"70ccef9f91e0dd0d9e49fb78c578d9c37f79947f")
+
+// watchScript queues a watcher (Client.WaitReleased) on a held key: the
+// release that frees it tells the watchers on the wake channel.
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  wait queue (same hash slot)
+//	ARGV[1]  the Client's watcher entry: '~' and its queue token
+//	returns  {holder, PTTL} when held, {'', -2} when absent
+var watchScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == false then
+	return {'', -2}
+end
+redis.call('ZADD', KEYS[2], 'NX', 0, ARGV[1])
+local t = redis.call('PTTL', KEYS[1])
+redis.call('PEXPIRE', KEYS[2], 2 * math.max(t, 0) + 1000)
+return {v, t}
+`,
+	"8108a08651724fbdb4258f95690898bbdc695bfb")
