@@ -281,16 +281,8 @@ func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, 
 		if err == nil {
 			return lock, n, nodes, nil
 		}
-		if cause := ended(ctx); cause != nil || c.closed.Load() {
-			if last != nil && !errors.Is(err, ErrTaken) {
-				// The context or Close cut this attempt short: the one
-				// before says more (who holds the lock).
-				err = last
-			}
-			if cause != nil {
-				return nil, n, nil, wrapCause(err, cause)
-			}
-			return nil, n, nil, wrapCause(err, ErrClosed)
+		if err := c.cutShort(ctx, err, last); err != nil {
+			return nil, n, nil, err
 		}
 		last = err
 		wait, ok := oc.retry.NextWait(n, err)
@@ -321,6 +313,25 @@ func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, 
 		case <-timer.C:
 		}
 	}
+}
+
+// cutShort returns, when ctx has ended or the Client is closing, the error
+// a waiting Obtain ends with after its attempt failed with err (last: the
+// attempt before's error); nil while the wait goes on.
+func (c *Client) cutShort(ctx context.Context, err, last error) error {
+	cause := ended(ctx)
+	if cause == nil && !c.closed.Load() {
+		return nil
+	}
+	if last != nil && !errors.Is(err, ErrTaken) {
+		// The context or Close cut this attempt short: the one before
+		// says more (who holds the lock).
+		err = last
+	}
+	if cause != nil {
+		return wrapCause(err, cause)
+	}
+	return wrapCause(err, ErrClosed)
 }
 
 // ended returns why ctx ended, or nil. A deadline that has passed counts

@@ -34,7 +34,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -479,14 +478,8 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		if err == nil {
 			return lock, n, nodes, nil
 		}
-		if cause := ended(ctx); cause != nil || c.closed.Load() {
-			if last != nil && !errors.Is(err, ErrTaken) {
-				err = last
-			}
-			if cause != nil {
-				return nil, n, nil, wrapCause(err, cause)
-			}
-			return nil, n, nil, wrapCause(err, ErrClosed)
+		if err := c.cutShort(ctx, err, last); err != nil {
+			return nil, n, nil, err
 		}
 		last = err
 		if !queued {
