@@ -23,6 +23,11 @@ type node struct {
 	reqs *sync.Pool  // the client's pool of requests
 	lane *lane       // every request to the master, so a lock's requests keep their order
 	down atomic.Bool // the master stopped answering (kept with an Observer only)
+	wg   *sync.WaitGroup
+
+	// A Cluster master's lanes, one per shard (shards.go).
+	cluster *redis.ClusterClient
+	shards  shardLanes
 
 	// WithReplicaAcks: replicas that must acknowledge a grant (0: none, no
 	// WAIT is ever sent), boxed once for the WAIT's argument, and how long
@@ -64,7 +69,6 @@ func (n *node) restartedAfter(t time.Time) bool {
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, reqs *sync.Pool, wg *sync.WaitGroup) *node {
-	std, _ := rdb.(*redis.Client)
 	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, epoch: time.Now(), budget: tickBudget}
 	if cfg.nodeTimeout > 0 {
 		n.budget = min(tickBudget, cfg.nodeTimeout)
@@ -81,12 +85,22 @@ func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, r
 	// us of Redis CPU per lock+release, two 5.1-5.3 and four 6.5-7.3 (0.04,
 	// 0.08 and 0.16 reads per cycle), at the same cycles/s within the noise
 	// of one run to the next.
-	t := &redisTransport{rdb: rdb, std: std, fresh: std == nil || !commandsAlias(), node: n, idle: connIdle}
-	n.lane = newLane(t, n.deliver)
-	n.lane.budget = n.budget
-	wg.Add(1)
-	go n.lane.work(wg)
+	// A Cluster master gets a lane per shard besides (shards.go).
+	n.cluster, _ = rdb.(*redis.ClusterClient)
+	n.wg = wg
+	n.lane = n.newLane()
 	return n
+}
+
+// newLane starts a lane to the master, with its worker.
+func (n *node) newLane() *lane {
+	std, _ := n.rdb.(*redis.Client)
+	t := &redisTransport{rdb: n.rdb, std: std, fresh: std == nil || !commandsAlias(), node: n, idle: connIdle}
+	l := newLane(t, n.deliver)
+	l.budget = n.budget
+	n.wg.Add(1)
+	go l.work(n.wg)
+	return l
 }
 
 // killAllowed reports whether the master lets this client kill
@@ -113,10 +127,13 @@ func boundedByDeadline(rdb redis.UniversalClient) bool {
 // could end sooner than its deadline) and the node's client bounds reads by
 // that deadline.
 func (n *node) send(r *request) {
-	n.lane.send(r, n.inl && r.inline)
+	n.laneFor(r).send(r, n.inl && r.inline)
 }
 
-func (n *node) close() { n.lane.close() }
+func (n *node) close() {
+	n.lane.close()
+	n.closeShards()
+}
 
 // errSkipped and errQueued mark requests dropped before they were sent.
 var (
