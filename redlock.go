@@ -77,8 +77,7 @@ type Client struct {
 	sharded     bool   // a master shards keys by hash slot (Cluster, Ring)
 	shardedMask uint64 // bit i: master i is a Redis Cluster (wake.go)
 
-	wake     *waker // made by the first wait (wake.go); guarded by mu
-	graceArg any    // int64 ms: how long a release keeps a key for a waiter
+	wake *waker // made by the first wait (wake.go); guarded by mu
 
 	// Pools for the hot path; see round.go.
 	rounds, requests, timers sync.Pool
@@ -171,10 +170,6 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 			c.shardedMask |= bit(i)
 		}
 		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.cfg, &c.requests, &c.wg))
-	}
-	c.graceArg = defaultGrace.Milliseconds()
-	if cfg.nodeTimeout > 0 {
-		c.graceArg = (2 * cfg.nodeTimeout).Milliseconds()
 	}
 	c.initPools()
 	return c, nil
@@ -422,17 +417,20 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 
 // attempt makes one try at the lock.
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, []NodeError, error) {
-	l, nodes, _, err := c.try(ctx, key, ttl, newToken(), false)
+	l, nodes, _, _, err := c.try(ctx, key, ttl, newToken(), false)
 	return l, nodes, err
 }
 
-// try makes one try at the lock with token; queued, it also queues this
-// Client on the masters that refuse (waitScript, wake.go). A failed try
-// says how long until a quorum of the masters could be free (their keys'
-// PTTL; see quorumFree), or a node timeout when they did not say.
-func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token string, queued bool) (*Lock, []NodeError, time.Duration, error) {
+// try makes one try at the lock with token; marking, it also marks the key
+// as waited for on the masters that refuse (waitScript, wake.go). A failed
+// try says which masters it did not get (blocked, bit i for master i:
+// refused, or no answer before the outcome was decided, which may be a
+// refusal too) and how long until a quorum of the masters could be free
+// (their keys' PTTL; see quorumFree), or about a node timeout when they did
+// not say.
+func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token string, marking bool) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
 	if ctx.Err() != nil {
-		return nil, nil, 0, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
+		return nil, nil, 0, 0, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
@@ -442,13 +440,10 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token s
 	if c.cfg.fencing {
 		kind, ckey = opAcquireFenced, counterKey(full)
 	}
-	if queued {
+	if marking {
 		kind = opAcquireWait
 	}
 	l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
-	if queued {
-		l.op.qtoken, l.op.score = c.wake.token, start.UnixMilli()
-	}
 	rd := c.fanout(ctx, l.op, start.Add(timeout), timeout)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
@@ -463,13 +458,18 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token s
 			if c.cfg.obs != nil {
 				nodes = slices.Clone(rd.nodes)
 			}
-			return l, nodes, 0, nil
+			return l, nodes, 0, 0, nil
 		}
 		lapsed = true
 	}
 	wait, ok := c.quorumFree(rd)
 	if !ok {
 		wait = jitter(timeout/2, timeout)
+	}
+	for i, n := range rd.nodes {
+		if n.Err != nil && n.Err != errAbsent {
+			blocked |= bit(i)
+		}
 	}
 	c.undo(ctx, rd, l.op, timeout)
 	if lapsed {
@@ -479,7 +479,7 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token s
 			}
 		}
 	}
-	return nil, nil, wait, c.quorumError("obtain", rd, ErrNotObtained)
+	return nil, nil, wait, blocked, c.quorumError("obtain", rd, ErrNotObtained)
 }
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)

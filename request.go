@@ -33,14 +33,11 @@ type op struct {
 	key, ckey, token any // strings; ckey is nil without fencing
 	ttl, fence       any // int64 milliseconds, int64
 	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
-	// The wait queue (wake.go): its key, the Client's queue token (or
-	// watcher entry) and queue score, and the grace a release keeps the
-	// key for the queue's head (int64 milliseconds). sharded has bit i set
-	// for a master that is a Redis Cluster: its wake channel is sharded.
-	qkey, qtoken, score, grace any
-	sharded                    uint64
-	deadline                   time.Time
-	done                       <-chan struct{} // the caller's context; a request it ends before sending is dropped
+	// sharded has bit i set for a master that is a Redis Cluster: a
+	// release there announces itself on a sharded channel (wake.go).
+	sharded  uint64
+	deadline time.Time
+	done     <-chan struct{} // the caller's context; a request it ends before sending is dropped
 	// vals is the caller's context, for its values only (a span for a
 	// go-redis hook); it lives as long as the request.
 	vals   context.Context
@@ -79,7 +76,7 @@ func bit(i int) uint64 {
 // newOp boxes a lock's key, counter key and token, for an op of kind that
 // takes no TTL or fence; with sets those.
 func newOp(kind opKind, key, ckey, token string) op {
-	o := op{kind: kind, key: key, token: token, qkey: waitKey(key)}
+	o := op{kind: kind, key: key, token: token}
 	if ckey != "" {
 		o.ckey = ckey
 	}
@@ -156,22 +153,22 @@ func (r *request) build(eval, fresh bool) {
 		} else {
 			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy)
 		}
-	case opAcquireWait:
-		s = &waitScript
+	case opAcquireWait: // safe to send again: it finds our own token
 		if r.ckey == nil {
-			a = append(a, nil, nil, 2, r.key, r.qkey, r.token, r.ttl, r.qtoken, r.score)
+			s, a = &waitScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
 		} else {
-			a = append(a, nil, nil, 3, r.key, r.qkey, r.ckey, r.token, r.ttl, r.qtoken, r.score)
+			s, a = &waitScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
 		}
 	case opWatch:
-		s, a = &watchScript, append(a, nil, nil, 2, r.key, r.qkey, r.qtoken)
+		s, a = &watchScript, append(a, nil, nil, 1, r.key)
 	default:
 		if r.ttl != nil { // kept for the rest of a minimum hold
 			s, a = &keepScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
-		} else if r.sharded&bit(r.idx) != 0 {
-			s, a = &releaseScript, append(a, nil, nil, 2, r.key, r.qkey, r.token, r.grace, "spublish", r.qkey)
 		} else {
-			s, a = &releaseScript, append(a, nil, nil, 2, r.key, r.qkey, r.token, r.grace, "publish", wakeChannel)
+			s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
+		}
+		if r.sharded&bit(r.idx) != 0 {
+			a = append(a, "s") // announce on the key's sharded channel
 		}
 	}
 	if eval {
@@ -238,12 +235,18 @@ func (r *request) result(n *node) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if r.kind == opAcquireWait || r.kind == opWatch {
+	if r.kind == opAcquireWait {
 		return r.pair()
 	}
 	v, err := r.cmd.Int64()
 	if err != nil {
 		return 0, err
+	}
+	if r.kind == opWatch {
+		if v == -2 {
+			return 0, errAbsent
+		}
+		return v, nil
 	}
 	switch {
 	case v > 0:
@@ -257,9 +260,8 @@ func (r *request) result(n *node) (int64, error) {
 	}
 }
 
-// pair reads the {flag, number} reply of waitScript and watchScript: the
-// fence (or 0) when taken, or the key's PTTL with ErrTaken when held by
-// another owner; for a watch, the PTTL when held, errAbsent when not.
+// pair reads the {flag, number} reply of waitScript: the fence (or 0) when
+// taken, or the key's PTTL with ErrTaken when held by another owner.
 func (r *request) pair() (int64, error) {
 	vs, err := r.cmd.Slice()
 	if err != nil {
@@ -269,12 +271,6 @@ func (r *request) pair() (int64, error) {
 		return 0, fmt.Errorf("redlock: unexpected reply %v", vs)
 	}
 	n, _ := vs[1].(int64)
-	if r.kind == opWatch {
-		if n == -2 {
-			return 0, errAbsent
-		}
-		return n, nil
-	}
 	if f, _ := vs[0].(int64); f == 1 {
 		return n, nil
 	}

@@ -3,6 +3,11 @@ package redlock
 // Every Lua script of the package. Each touches only the keys it is given in
 // KEYS, so it runs on a Redis Cluster (all KEYS of one call share a slot).
 //
+// A lock key's value is its owner's token, followed by the wait mark "!" (which
+// no token contains) once a waiter found the key held (wake.go): every
+// script that checks ownership accepts both, and only a marked key's
+// release is announced to waiters.
+//
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT. Their SHA1
 // digests are written out here (and checked by a test) so that no SHA1 code
 // runs on the hot path and FIPS builds need none.
@@ -20,62 +25,63 @@ type script struct {
 
 func newScript(src, sha string) script { return script{src: src, sha: sha, srcArg: src, shaArg: sha} }
 
-// releaseScript deletes the lock only if we still own it, or hands it to
-// the waiters queued on the key (see wake.go): when the wait queue holds a
-// Client, the key is kept for that Client's waiter, its value the Client's
-// queue token, for a grace period (the waiter then takes it with
-// waitScript), and the Client is told on the wake channel. Watchers
-// (Client.WaitReleased) queued with score 0 are popped first and told once
-// that the holder released. A release with nobody queued costs one ZPOPMIN
-// of an absent key more than a bare compare-and-delete.
+// releaseScript deletes the lock only if we still own it. A key marked as
+// waited for (its value the token and the wait mark "!", set by waitScript or
+// watchScript when they found it held) is also announced on the wake
+// channel (see wake.go): the channel "redlock:wake" with the key as the
+// message, or, on a Redis Cluster master (ARGV[2] set), the key's own
+// sharded channel, named like the key so it shares its slot. An unmarked
+// key, the case with nobody waiting, costs what a bare compare-and-delete
+// does: the mark is in the value the script reads anyway.
 //
 //	KEYS[1]  lock key
-//	KEYS[2]  wait queue (same hash slot)
 //	ARGV[1]  owner token
-//	ARGV[2]  grace in milliseconds
-//	ARGV[3]  publish command: PUBLISH, or SPUBLISH on a Redis Cluster
-//	ARGV[4]  wake channel
-//	returns  1 deleted or handed over, 0 held by another owner, -1 key absent
+//	ARGV[2]  present on a Redis Cluster master: publish with SPUBLISH
+//	returns  1 deleted, 0 held by another owner, -1 key absent
 var releaseScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-	local told = false
-	while true do
-		local h = redis.call('ZPOPMIN', KEYS[2])
-		if #h == 0 then
-			break
-		end
-		if string.sub(h[1], 1, 1) ~= '~' then
-			redis.call('SET', KEYS[1], h[1], 'PX', ARGV[2])
-			redis.call(ARGV[3], ARGV[4], h[1] .. KEYS[1])
-			return 1
-		end
-		if not told then
-			redis.call(ARGV[3], ARGV[4], '~' .. KEYS[1])
-			told = true
-		end
-	end
 	redis.call('DEL', KEYS[1])
 	return 1
 end
 if v == false then
 	return -1
 end
+if v == ARGV[1] .. '!' then
+	redis.call('DEL', KEYS[1])
+	if ARGV[2] then
+		redis.call('SPUBLISH', KEYS[1], KEYS[1])
+	else
+		redis.call('PUBLISH', 'redlock:wake', KEYS[1])
+	end
+	return 1
+end
 return 0
 `,
-	"5cdf583ac1adc050cc518a0520d29920a44c56f3")
+	"2fe8f480e5f5236921f01c97ffbaf8f7239301d2")
 
 // keepScript is the Release of a lock held at least for a while
 // (WithHoldAtLeast) that is released early: if we still own it, its key
 // stays for what remains of that while, then expires, instead of being
-// deleted.
+// deleted. A key marked as waited for is announced like a release
+// (releaseScript): the waiters learn its shorter expiry.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  the rest of the minimum hold, in milliseconds
+//	ARGV[3]  present on a Redis Cluster master: publish with SPUBLISH
 //	returns  1 kept, 0 held by another owner, -1 key absent
 var keepScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+if v == ARGV[1] .. '!' then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	if ARGV[3] then
+		redis.call('SPUBLISH', KEYS[1], KEYS[1])
+	else
+		redis.call('PUBLISH', 'redlock:wake', KEYS[1])
+	end
 	return 1
 end
 if v == false then
@@ -83,7 +89,7 @@ if v == false then
 end
 return 0
 `,
-	"dc50fe3b1878f211f0561a0a9ffa037104d2ef97")
+	"1efb2025c4f3d428f9cfb7b7e6225875057b336c")
 
 // extendScript makes the lock's key on this master last at least TTL more
 // if we still own it, and re-takes the key where it has vanished (a restart
@@ -111,7 +117,7 @@ return 0
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
 //	         -1 absent and past the re-take deadline
 var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or v == ARGV[1] .. '!' then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
@@ -125,7 +131,7 @@ if v == false then
 end
 return 0
 `,
-	"adc66aa7ad3f81ddefc6629017a70f5c836c8ebf")
+	"4ad8504948d7d20227e67938c93336c5f1a8cec4")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -151,7 +157,8 @@ return 0
 //	ARGV[1]  owner token
 //	ARGV[2]  the lock's fence
 //	returns  1 raised (or already at least the fence), 0 the lock is not ours there
-var raiseScript = newScript(`if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+var raiseScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
 	return 0
 end
 local f = tonumber(ARGV[2])
@@ -160,7 +167,7 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < f then
 end
 return 1
 `,
-	"8ff51a7d171fbdba5f0a0cae09e480ea864da3cd")
+	"26f8240302c6bb8f0314b7cd6389c038150b61f9")
 
 // extendFencedScript is extendScript for fenced locks: re-taking a vanished
 // key also raises that master's counter to the lock's fence.
@@ -174,7 +181,7 @@ return 1
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
 //	         -1 absent and past the re-take deadline
 var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or v == ARGV[1] .. '!' then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
@@ -191,7 +198,7 @@ if v == false then
 end
 return 0
 `,
-	"eacf8c64b14d6aad2b05e5c75879b46f08c50854")
+	"22a9b8443499e4171e0ae98475825f1afa6d8016")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
 // not lower than the highest fence the resource has seen. Fences are
@@ -228,6 +235,9 @@ return {1, f}
 //	KEYS[2]  fence counter, if any
 //	returns  {token or "", PTTL in ms (-2 absent, -1 no expiry), counter or ""}
 var inspectScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v and string.byte(v, -1) == 33 then
+	v = string.sub(v, 1, -2)
+end
 local t = redis.call('PTTL', KEYS[1])
 local f = false
 if #KEYS > 1 then
@@ -235,7 +245,7 @@ if #KEYS > 1 then
 end
 return {v or '', t, f or ''}
 `,
-	"29915d682139757f9be199c26e3756657bdb621c")
+	"ff0e74d18617c4c9916426eff37378ea00903623")
 
 // acquireAgainScript is the acquire sent a second time after the master
 // closed the connection of the first: the first may have run, and its key
@@ -246,7 +256,7 @@ return {v or '', t, f or ''}
 //	ARGV[2]  TTL in milliseconds
 //	returns  1 taken (now or by the first run), 0 held by another owner
 var acquireAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or v == ARGV[1] .. '!' then
 	return 1
 end
 if v then
@@ -255,7 +265,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `,
-	"b644e531f669c4bf4cfc2170431f2b8e9980d031")
+	"86d70d00e90d4952a98b7c20faecb02e97bbc448")
 
 // acquireFencedAgainScript is acquireFencedScript sent a second time: when
 // the first run took the lock, the counter it raised is the fence.
@@ -266,7 +276,7 @@ return 1
 //	ARGV[2]  TTL in milliseconds
 //	returns  the fence (> 0) when taken, 0 when held by another owner
 var acquireFencedAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or v == ARGV[1] .. '!' then
 	return tonumber(redis.call('GET', KEYS[2]) or '0')
 end
 if v then
@@ -275,57 +285,55 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return redis.call('INCR', KEYS[2])
 `,
-	"d32de811abdaa137bf95adb193be8f994fbfccde")
+	"c7b1452312d817bf11c964878b9e5b7ee94f8e92")
 
 // waitScript is the acquire of a waiting Obtain (WithWait). It takes the
-// key when it is free or kept for this Client by a release (the value is
-// the Client's queue token); otherwise it queues the Client on the key
-// (once: a Client already queued keeps its place) and returns the key's
-// remaining TTL, so the waiter sleeps no longer than that. The queue is
-// ordered by the Client's clock at queueing (ARGV[4]): one Client queues
-// with one score on every master, so the masters agree on the order. The
-// queue expires when nobody queued for twice the key's TTL and a second.
+// key when it is free; when it is held, it marks it as waited for (appends
+// "!" to its value, once; APPEND keeps the key's expiry), so that the
+// release announces it on the wake channel (releaseScript), and returns the
+// key's remaining TTL, so that the waiter sleeps no longer than that. A key
+// that already holds our token is ours from this same request sent a
+// second time (the master closed the connection of the first).
 //
 //	KEYS[1]  lock key
-//	KEYS[2]  wait queue (same hash slot)
-//	KEYS[3]  fence counter, with fencing (same hash slot)
+//	KEYS[2]  fence counter, with fencing (same hash slot)
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
-//	ARGV[3]  the Client's queue token
-//	ARGV[4]  queue score: the Client's Unix time in milliseconds
 //	returns  {1, fence or 0} taken, {0, PTTL} held by another owner
 var waitScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == false or v == ARGV[3] or v == ARGV[1] then
+if v == false then
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-	if v == false then
-		redis.call('ZREM', KEYS[2], ARGV[3])
-	end
-	if #KEYS > 2 then
-		return {1, redis.call('INCR', KEYS[3])}
+	if #KEYS > 1 then
+		return {1, redis.call('INCR', KEYS[2])}
 	end
 	return {1, 0}
 end
-redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[3])
-local t = redis.call('PTTL', KEYS[1])
-redis.call('PEXPIRE', KEYS[2], 2 * math.max(t, 0) + 1000)
-return {0, t}
+if v == ARGV[1] or v == ARGV[1] .. '!' then
+	if #KEYS > 1 then
+		return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+	end
+	return {1, 0}
+end
+if string.byte(v, -1) ~= 33 then
+	redis.call('APPEND', KEYS[1], '!')
+end
+return {0, redis.call('PTTL', KEYS[1])}
 `,
-	"70ccef9f91e0dd0d9e49fb78c578d9c37f79947f")
+	"f0b1cff8f5280af370f9113839a43947fb229885")
 
-// watchScript queues a watcher (Client.WaitReleased) on a held key: the
-// release that frees it tells the watchers on the wake channel.
+// watchScript is the look of Client.WaitReleased at a key: when held, it
+// marks it as waited for, like waitScript, so that its release is
+// announced.
 //
 //	KEYS[1]  lock key
-//	KEYS[2]  wait queue (same hash slot)
-//	ARGV[1]  the Client's watcher entry: '~' and its queue token
-//	returns  {holder, PTTL} when held, {'', -2} when absent
+//	returns  the key's PTTL when held, -2 when absent
 var watchScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == false then
-	return {'', -2}
+	return -2
 end
-redis.call('ZADD', KEYS[2], 'NX', 0, ARGV[1])
-local t = redis.call('PTTL', KEYS[1])
-redis.call('PEXPIRE', KEYS[2], 2 * math.max(t, 0) + 1000)
-return {v, t}
+if string.byte(v, -1) ~= 33 then
+	redis.call('APPEND', KEYS[1], '!')
+end
+return redis.call('PTTL', KEYS[1])
 `,
-	"8108a08651724fbdb4258f95690898bbdc695bfb")
+	"115f3ef86492769548f969933a32ec0164fb65dc")

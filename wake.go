@@ -2,33 +2,34 @@ package redlock
 
 // Waiting for a lock without polling ([WithWait], [Client.WaitReleased]).
 //
-// On each master a lock key has a wait queue (waitKey: a sorted set in the
-// key's hash slot) of Clients, not of goroutines: a Client queues once per
-// key, with its queue token and its clock at queueing as the score, and
-// keeps its own waiters in arrival order; only the first of them (the head)
-// asks the masters. A release (releaseScript) pops the first Client queued
-// and keeps the key for it, the key's value then being that Client's queue
-// token, for a grace period, and publishes the token and key on the wake
-// channel; the Client's head takes the key with waitScript. So a release
-// wakes one Client, which sends one request; nobody can take the key in
-// between (a try-once Obtain finds it held); and Clients take turns in the
-// order they queued, each serving its own waiters in order.
+// A waiter that finds a key held marks it as waited for (waitScript,
+// watchScript: the key's value gets "!" after the token); the release
+// of a marked key publishes the key on the master's wake channel
+// (releaseScript), and every Client with a waiter of that key hears it. An
+// unmarked key, the case with nobody waiting, is released as cheaply as
+// before: the mark lives in the value the release reads anyway. Nothing is
+// reserved for a waiter: the key is free once released, for whoever asks
+// first, a try-once Obtain included.
+//
+// Within a Client, the waiters of one key queue in arrival order and only
+// the first (the head) asks the masters: a release wakes one request per
+// waiting Client, not one per waiter. Across Clients there is no order:
+// their heads race, and a refused head marks the key again and waits for
+// the next release.
 //
 // Rules this file keeps, each with the test that fails when it breaks:
-//   - A waiter queues on a master (waitScript) only once this Client's
-//     subscription to that master's wake channel is confirmed, so no
-//     release it waits for can go unheard; before that it tries with the
-//     plain acquire, which queues nothing (TestWaitWokenByRelease).
+//   - A waiter relies on a wake-up only once this Client's subscriptions to
+//     every master's wake channel are confirmed; before that it asks again
+//     within a node timeout, and at the confirmation (TestWaitWokenByRelease).
 //   - A waiter never sleeps past the moment a quorum of the keys it was
 //     refused by could have expired (their PTTL): a lost notification costs
 //     at most that (TestWaitLostNotification).
 //   - A subscription that breaks and is re-established wakes every waiter
 //     of its master to ask again (TestWaitSubscriptionKilled).
-//   - A release that keeps the key for this Client while none of its
-//     waiters wants it is handed on at once (TestWaitHandsOnUnwanted).
-//   - A release kept for another Client re-arms the waiters' timers to the
-//     grace, so a Client that died queued costs the others one grace
-//     (TestWaitDeadClientCostsOneGrace).
+//   - A woken head asks once enough of the masters that refused it
+//     announced a release for a quorum to be free, not at the first: at
+//     N>1 an early ask meets masters that have not run the release yet, a
+//     split vote (TestWaitQuorumOfWakes).
 //   - Close ends every wait with ErrClosed and every subscription's
 //     goroutine (TestWaitClose).
 
@@ -37,7 +38,6 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,35 +45,18 @@ import (
 )
 
 // wakeChannel is the wake channel of a standalone or Sentinel master; a
-// Redis Cluster master publishes on the queue key's own (sharded) channel.
+// Redis Cluster master publishes on the key's own sharded channel, named
+// like the key (see channelOf).
 const wakeChannel = "redlock:wake"
-
-// tokenLen is the length of a token: 16 bytes in unpadded base64.
-const tokenLen = 22
 
 // subLinger is how long a subscription outlives its last waiter, so that
 // a key waited for again and again is not subscribed anew each time.
 const subLinger = 2 * time.Second
 
-// defaultGrace is how long a release keeps the key for the first Client
-// queued, unless WithNodeTimeout sets it (twice the node timeout).
-const defaultGrace = 200 * time.Millisecond
-
-// waitKey names the wait queue of a lock key, in its hash slot (like
-// counterKey).
-func waitKey(key string) string {
-	if hasTag(key) || strings.IndexByte(key, '}') >= 0 {
-		return key + ":wait"
-	}
-	return "{" + key + "}:wait"
-}
-
 // A waker is a Client's waiting machinery: its subscriptions and its
 // waiters by key. It exists from the first wait to Close.
 type waker struct {
-	c     *Client
-	token string // this Client's queue token
-	watch string // its watcher entry, "~" + token
+	c *Client
 
 	mu     sync.Mutex
 	keys   map[string]*keyWaiters // by full key
@@ -88,17 +71,16 @@ type keyWaiters struct {
 	watchers []*waiter // WaitReleased calls
 }
 
-// A waiter is one waiting Obtain (or WaitReleased). Its fields are
-// guarded by waker.mu; sig tells it they changed.
+// A waiter is one waiting Obtain (or WaitReleased). Its flags are guarded
+// by waker.mu; sig tells it they changed.
 type waiter struct {
 	key string
 	sig chan struct{} // buffered 1
-	// Masters whose release kept the key for this Client (reserved), for
-	// another Client (others), or announced a release to watchers
-	// (released), since the flags were last cleared; retry: a
-	// subscription of this waiter was (re)established.
-	reserved, others, released uint64
-	retry                      bool
+	// released: the masters (bit i) that announced a release of the key
+	// since the flags were last cleared; retry: a subscription this
+	// waiter relies on was (re)established, or it became the head.
+	released uint64
+	retry    bool
 }
 
 func (x *waiter) signal() {
@@ -134,18 +116,25 @@ func (c *Client) wakerFor() *waker {
 		return nil
 	}
 	if c.wake == nil {
-		c.wake = &waker{c: c, token: newToken(), keys: map[string]*keyWaiters{}, subs: map[subID]*sub{}}
-		c.wake.watch = "~" + c.wake.token
+		c.wake = &waker{c: c, keys: map[string]*keyWaiters{}, subs: map[subID]*sub{}}
 	}
 	return c.wake
 }
 
-// channelOf returns master i's wake channel for the queue key qkey.
-func (c *Client) channelOf(i int, qkey string) string {
+// channelOf returns master i's wake channel for the key full.
+func (c *Client) channelOf(i int, full string) string {
 	if c.shardedMask&bit(i) != 0 {
-		return qkey
+		return full
 	}
 	return wakeChannel
+}
+
+// newOp is newOp with what the Client knows of its masters: which ones
+// announce releases on sharded channels.
+func (c *Client) newOp(kind opKind, full, ckey, token string) op {
+	o := newOp(kind, full, ckey, token)
+	o.sharded = c.shardedMask
+	return o
 }
 
 // join adds a waiter of full (a watcher with watch set) and takes a use of
@@ -164,9 +153,8 @@ func (w *waker) join(full string, watch bool) *waiter {
 	} else {
 		kw.queue = append(kw.queue, x)
 	}
-	qkey := waitKey(full)
 	for i := range w.c.nodes {
-		id := subID{i, w.c.channelOf(i, qkey)}
+		id := subID{i, w.c.channelOf(i, full)}
 		s := w.subs[id]
 		if s == nil {
 			s = w.subscribe(id)
@@ -201,48 +189,41 @@ func (w *waker) leave(x *waiter) {
 	if w.closed {
 		return
 	}
-	qkey := waitKey(x.key)
 	for i := range w.c.nodes {
-		id := subID{i, w.c.channelOf(i, qkey)}
-		s := w.subs[id]
+		s := w.subs[subID{i, w.c.channelOf(i, x.key)}]
 		if s.users--; s.users == 0 {
 			s.linger = time.AfterFunc(subLinger, func() { w.unsubscribe(s) })
 		}
 	}
 }
 
-// isHead reports whether x is its key's head, and clears its flags when
-// it is about to ask the masters.
+// isHead reports whether x is its key's head.
 func (w *waker) isHead(x *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.keys[x.key].queue[0] == x
 }
 
-// ready reports whether every master's subscription for full is
+// ready reports whether every master's subscription for x's key is
 // confirmed, and clears x's flags: what happens from now on counts.
 func (w *waker) ready(x *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	x.reserved, x.others, x.released, x.retry = 0, 0, 0, false
-	qkey := waitKey(x.key)
+	x.released, x.retry = 0, false
 	for i := range w.c.nodes {
-		if s := w.subs[subID{i, w.c.channelOf(i, qkey)}]; s == nil || !s.ready {
+		if s := w.subs[subID{i, w.c.channelOf(i, x.key)}]; s == nil || !s.ready {
 			return false
 		}
 	}
 	return true
 }
 
-// flags returns x's flags: how many masters reserved the key for this
-// Client, whether one reserved it for another, how many announced a
-// release, and whether to ask again.
-func (w *waker) flags(x *waiter) (reserved int, others bool, released int, retry bool) {
+// flags returns the masters that announced a release since x's flags were
+// cleared, and whether to ask again at once.
+func (w *waker) flags(x *waiter) (released uint64, retry bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	reserved, others, released, retry = bits.OnesCount64(x.reserved), x.others != 0, bits.OnesCount64(x.released), x.retry
-	x.others, x.retry = 0, false
-	return
+	return x.released, x.retry
 }
 
 // subscribe starts the subscription id; w.mu is held.
@@ -300,7 +281,7 @@ func (w *waker) run(s *sub) {
 					w.confirmed(s, true)
 				}
 			case *redis.Message:
-				w.message(s.id.i, m.Payload)
+				w.released(s.id.i, m.Payload)
 			}
 		}
 		select {
@@ -334,7 +315,7 @@ func (w *waker) confirmed(s *sub, ok bool) {
 		return
 	}
 	for key, kw := range w.keys {
-		if w.c.channelOf(s.id.i, waitKey(key)) != s.id.ch {
+		if w.c.channelOf(s.id.i, key) != s.id.ch {
 			continue
 		}
 		if len(kw.queue) > 0 {
@@ -348,51 +329,23 @@ func (w *waker) confirmed(s *sub, ok bool) {
 	}
 }
 
-// message handles a wake message from master i: a release that kept a key
-// for a Client (its queue token and the key), or one announced to
-// watchers ("~" and the key).
-func (w *waker) message(i int, p string) {
+// released handles master i's announcement that key was released: the
+// head of its waiters and its watchers hear of it.
+func (w *waker) released(i int, key string) {
 	w.mu.Lock()
-	if key, ok := strings.CutPrefix(p, "~"); ok {
-		if kw := w.keys[key]; kw != nil {
-			for _, x := range kw.watchers {
-				x.released |= bit(i)
-				x.signal()
-			}
-		}
-		w.mu.Unlock()
-		return
-	}
-	if len(p) <= tokenLen {
-		w.mu.Unlock()
-		return
-	}
-	tok, key := p[:tokenLen], p[tokenLen:]
+	defer w.mu.Unlock()
 	kw := w.keys[key]
-	switch {
-	case tok == w.token && (kw == nil || len(kw.queue) == 0):
-		w.mu.Unlock()
-		w.handOn(i, key) // kept for us, and nobody here wants it
+	if kw == nil {
 		return
-	case kw == nil || len(kw.queue) == 0:
-	case tok == w.token:
-		kw.queue[0].reserved |= bit(i)
-		kw.queue[0].signal()
-	default:
-		kw.queue[0].others |= bit(i)
+	}
+	if len(kw.queue) > 0 {
+		kw.queue[0].released |= bit(i)
 		kw.queue[0].signal()
 	}
-	w.mu.Unlock()
-}
-
-// handOn releases a key master i kept for this Client, which has no
-// waiter for it any more: the next Client queued gets it.
-func (w *waker) handOn(i int, full string) {
-	c := w.c
-	o := c.newOp(opRelease, full, "", w.token)
-	o.deadline = time.Now().Add(c.cfg.timeout(defaultGrace))
-	o.vals = context.Background()
-	c.send(i, &o, nil)
+	for _, x := range kw.watchers {
+		x.released |= bit(i)
+		x.signal()
+	}
 }
 
 // stop ends every subscription and waits for their goroutines; Close
@@ -410,18 +363,6 @@ func (w *waker) stop() {
 	}
 	w.mu.Unlock()
 	w.wg.Wait()
-}
-
-// grace is how long a release keeps a key for the first Client queued.
-func (c *Client) grace() time.Duration {
-	return time.Duration(c.graceArg.(int64)) * time.Millisecond
-}
-
-// newOp is newOp with the Client's wait-queue settings.
-func (c *Client) newOp(kind opKind, full, ckey, token string) op {
-	o := newOp(kind, full, ckey, token)
-	o.grace, o.sharded = c.graceArg, c.shardedMask
-	return o
 }
 
 // quorumFree returns how long until a quorum of masters could be free,
@@ -447,9 +388,40 @@ func (c *Client) quorumFree(rd *round) (time.Duration, bool) {
 	return waits[c.quorum-1], true
 }
 
+// sleepUntil waits until x hears from at least need of the masters in
+// from that they released its key (a wake-up), until the timer fires, or
+// until it is told to ask again; it returns the error that ends the wait
+// when ctx ends or the Client closes.
+func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *time.Timer, from uint64, need int) error {
+	need = max(need, 1)
+	defer func() {
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-c.closing:
+			return ErrClosed
+		case <-timer.C:
+			return nil
+		case <-x.sig:
+			released, retry := w.flags(x)
+			if retry || bits.OnesCount64(released&from) >= need {
+				return nil
+			}
+		}
+	}
+}
+
 // obtainWait is obtainLoop for WithWait: after a failed attempt it sleeps
-// until a release wakes it or a quorum of the keys that refused it could
-// have expired, whichever comes first.
+// until the releases of enough of the keys that blocked it are announced,
+// or a quorum of them could have expired, whichever comes first.
 func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) (_ *Lock, n int, _ []NodeError, _ error) {
 	w := c.wakerFor()
 	if w == nil {
@@ -467,14 +439,13 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			return nil, 0, nil, c.closedObtain(ErrClosed)
 		}
 	}
-	token := newToken()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	grace := c.grace()
+	timeout := c.cfg.timeout(ttl)
 	var last error
 	for n = 1; ; n++ {
-		queued := w.ready(x)
-		lock, nodes, wait, err := c.try(ctx, key, ttl, token, queued)
+		subscribed := w.ready(x)
+		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, newToken(), true)
 		if err == nil {
 			return lock, n, nodes, nil
 		}
@@ -482,42 +453,17 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			return nil, n, nil, err
 		}
 		last = err
-		if !queued {
-			// Not queued yet: ask again as soon as the subscriptions are
-			// confirmed (a retry flag), or when the lock could be free.
-			wait = min(wait, grace)
+		if !subscribed {
+			// A release now may go unheard: ask again soon, or at the
+			// confirmation (a retry flag).
+			wait = min(wait, timeout)
 		}
 		timer.Reset(wait + time.Millisecond)
-	sleep:
-		for {
-			select {
-			case <-ctx.Done():
-				return nil, n, nil, wrapCause(err, context.Cause(ctx))
-			case <-c.closing:
-				return nil, n, nil, wrapCause(err, ErrClosed)
-			case <-timer.C:
-				break sleep
-			case <-x.sig:
-				reserved, others, _, retry := w.flags(x)
-				if retry || reserved >= c.quorum {
-					break sleep
-				}
-				if others || reserved > 0 {
-					// Kept for another Client, or for us on too few
-					// masters so far: if that Client does not take it, the
-					// key is free after the grace.
-					if !timer.Stop() {
-						<-timer.C
-					}
-					timer.Reset(grace + time.Millisecond)
-				}
-			}
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		// A quorum can be free once so many of the masters it did not get
+		// announce a release.
+		need := bits.OnesCount64(blocked) - (len(c.nodes) - c.quorum)
+		if cause := c.sleepUntil(ctx, w, x, timer, blocked, need); cause != nil {
+			return nil, n, nil, wrapCause(err, cause)
 		}
 	}
 }
@@ -525,13 +471,13 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 // WaitReleased waits until the current holder of key releases it, or its
 // lock expires: the wait of a worker that lost the race for a piece of
 // work (a cache entry to rebuild) and wants its result, not the lock. It
-// returns nil at once when key is not held on a quorum of masters; when a
-// release of key is announced by a quorum of masters (the same wake-up
-// [WithWait] uses, without queueing for the lock); or when a quorum of the
-// keys it saw could have expired and key is then found free. A key that
-// expired and was taken again before that check keeps it waiting for the
-// new holder. It returns an error when ctx ends (wrapping its cause), on
-// [Client.Close] (matching [ErrClosed]), or when too few masters answer
+// returns nil at once when key is not held on a quorum of masters; when
+// releases of key are announced by enough masters that it is no longer
+// held on a quorum (the same wake-up [WithWait] uses); or when a quorum of
+// the keys it saw could have expired and key is then found free. A key
+// that expired and was taken again before that check keeps it waiting for
+// the new holder. It returns an error when ctx ends (wrapping its cause),
+// on [Client.Close] (matching [ErrClosed]), or when too few masters answer
 // (matching [ErrUnavailable]).
 func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	if ctx == nil {
@@ -551,15 +497,15 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		queued := w.ready(x)
+		subscribed := w.ready(x)
 		o := c.newOp(opWatch, full, "", "")
-		o.qtoken = w.watch
 		rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
-		held, answered := 0, 0
+		var held uint64
+		answered := 0
 		for i, nd := range rd.nodes {
 			switch nd.Err {
 			case nil: // held: read as a refusal with its PTTL, for quorumFree
-				held++
+				held |= bit(i)
 				answered++
 				rd.nodes[i].Err = ErrTaken
 			case errAbsent:
@@ -575,37 +521,20 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 		switch {
 		case err != nil:
 			return err
-		case held < c.quorum:
+		case bits.OnesCount64(held) < c.quorum:
 			return nil
 		}
-		if !queued {
-			wait = min(wait, c.grace())
+		if !subscribed {
+			wait = min(wait, timeout)
 		}
 		timer.Reset(wait + time.Millisecond)
-	sleep:
-		for {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("redlock: waiting for %q to be released: %w", key, context.Cause(ctx))
-			case <-c.closing:
-				return fmt.Errorf("redlock: waiting for %q to be released: %w", key, ErrClosed)
-			case <-timer.C:
-				break sleep
-			case <-x.sig:
-				_, _, released, retry := w.flags(x)
-				if released >= c.quorum {
-					return nil
-				}
-				if retry {
-					break sleep
-				}
-			}
+		// Released once fewer than a quorum hold it.
+		need := bits.OnesCount64(held) - c.quorum + 1
+		if cause := c.sleepUntil(ctx, w, x, timer, held, need); cause != nil {
+			return fmt.Errorf("redlock: waiting for %q to be released: %w", key, cause)
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		if released, retry := w.flags(x); !retry && bits.OnesCount64(released&held) >= need {
+			return nil
 		}
 	}
 }
