@@ -417,7 +417,7 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 
 // attempt makes one try at the lock.
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, []NodeError, error) {
-	l, nodes, _, _, err := c.try(ctx, key, ttl, newToken(), false)
+	l, nodes, _, _, err := c.try(ctx, key, ttl, newToken(), false, -1)
 	return l, nodes, err
 }
 
@@ -427,8 +427,8 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 // refused, or no answer before the outcome was decided, which may be a
 // refusal too) and how long until a quorum of the masters could be free
 // (their keys' PTTL; see quorumFree), or about a node timeout when they did
-// not say.
-func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token string, marking bool) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
+// not say. With gate >= 0 it asks that master first (fanoutGated).
+func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token string, marking bool, gate int) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
 	if ctx.Err() != nil {
 		return nil, nil, 0, 0, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
@@ -444,7 +444,7 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token s
 		kind = opAcquireWait
 	}
 	l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
-	rd := c.fanout(ctx, l.op, start.Add(timeout), timeout)
+	rd := c.fanoutGated(ctx, l.op, start.Add(timeout), timeout, gate)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
 		l.fence = c.raise(ctx, rd, l, timeout)
@@ -462,13 +462,17 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token s
 		}
 		lapsed = true
 	}
-	wait, ok := c.quorumFree(rd)
-	if !ok {
-		wait = jitter(timeout/2, timeout)
-	}
-	for i, n := range rd.nodes {
-		if n.Err != nil && n.Err != errAbsent {
-			blocked |= bit(i)
+	if gate >= 0 && rd.nodes[gate].Err == ErrTaken { // nobody else asked
+		wait, blocked = time.Duration(max(rd.vals[gate], 0))*time.Millisecond, bit(gate)
+	} else {
+		var ok bool
+		if wait, ok = c.quorumFree(rd); !ok {
+			wait = jitter(timeout/2, timeout)
+		}
+		for i, n := range rd.nodes {
+			if n.Err != nil && n.Err != errAbsent {
+				blocked |= bit(i)
+			}
 		}
 	}
 	c.undo(ctx, rd, l.op, timeout)
@@ -517,7 +521,7 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 	n := 0
 	for i := range c.nodes {
 		switch err := rd.nodes[i].Err; {
-		case err == ErrTaken:
+		case err == ErrTaken || err == errNotAsked:
 		case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
 			c.send(i, &o, wait)
 			n++

@@ -35,6 +35,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -348,6 +349,29 @@ func (w *waker) released(i int, key string) {
 	}
 }
 
+// gateOf returns the master that waiters of full ask first (fanoutGated),
+// or -1 with one master: the one whose address hashed with the key ranks
+// highest, so that every Client that names the masters alike picks the
+// same one, whatever their order, and keys spread over the masters.
+func (c *Client) gateOf(full string) int {
+	if len(c.nodes) == 1 {
+		return -1
+	}
+	best, top := 0, uint64(0)
+	for i, n := range c.nodes {
+		h := uint64(14695981039346656037) // FNV-1a
+		for _, s := range [...]string{n.addr, "\x00", full} {
+			for j := 0; j < len(s); j++ {
+				h = (h ^ uint64(s[j])) * 1099511628211
+			}
+		}
+		if i == 0 || h > top {
+			best, top = i, h
+		}
+	}
+	return best
+}
+
 // stop ends every subscription and waits for their goroutines; Close
 // calls it once no wait can begin.
 func (w *waker) stop() {
@@ -442,17 +466,34 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	timeout := c.cfg.timeout(ttl)
+	// The first attempt asks every master (and marks the key on every
+	// one that refuses); the next ones ask the gate first, while it
+	// answers. last is the error of the last attempt that asked every
+	// master: a gate's refusal alone says little of the others.
+	gate, first := -1, c.gateOf(full)
 	var last error
 	for n = 1; ; n++ {
 		subscribed := w.ready(x)
-		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, newToken(), true)
+		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, newToken(), true, gate)
 		if err == nil {
 			return lock, n, nodes, nil
+		}
+		atGate := gate >= 0 && blocked == bit(gate)
+		if atGate && last != nil {
+			err = last
 		}
 		if err := c.cutShort(ctx, err, last); err != nil {
 			return nil, n, nil, err
 		}
 		last = err
+		gate = -1
+		var qe *QuorumError
+		if first >= 0 && errors.As(err, &qe) {
+			switch qe.Nodes[first].Err {
+			case nil, ErrTaken, errAbsent, errNotAsked:
+				gate = first // it answers: ask it first next time
+			}
+		}
 		if !subscribed {
 			// A release now may go unheard: ask again soon, or at the
 			// confirmation (a retry flag).
