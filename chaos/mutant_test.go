@@ -71,6 +71,7 @@ type knobs struct {
 	slowUndo      bool // a failed attempt's undo waits for every master with a fresh deadline, past the caller's context
 	retryForever  bool // Obtain retries every 10ms until its context ends, whatever the options say
 	straggle      bool // an Extend's request to the last master goes out late, in the background, and re-takes past a release
+	noWake        bool // a waiting Obtain (Wait) is never woken: after a refused attempt it sleeps until its context ends
 }
 
 func parseKnobs(spec string) (knobs, error) {
@@ -82,7 +83,7 @@ func parseKnobs(spec string) (knobs, error) {
 		"constfence": &k.constFence, "noretake": &k.noRetake, "revive": &k.revive, "nocap": &k.noCap,
 		"keepvalidity": &k.keepValidity, "latecancel": &k.lateCancel, "norenew": &k.noRenew,
 		"closenowait": &k.closeNoWait, "closeblocks": &k.closeBlocks, "leak": &k.leak,
-		"slowundo": &k.slowUndo, "straggle": &k.straggle, "retryforever": &k.retryForever,
+		"slowundo": &k.slowUndo, "straggle": &k.straggle, "retryforever": &k.retryForever, "nowake": &k.noWake,
 	}
 	for _, f := range strings.Split(spec, ",") {
 		if f == "" || f == "none" {
@@ -304,6 +305,16 @@ func (m *mutantLocker) obtain(ctx context.Context, key string, ttl time.Duration
 	}
 	if m.k.retryForever {
 		o.Retry = 10 * time.Millisecond
+	}
+	if o.Wait && !m.k.noWake {
+		o.Retry = 10 * time.Millisecond // a poller stands for the library's wake-ups
+	}
+	if o.Wait && m.k.noWake {
+		if h, err := m.attempt(ctx, key, ttl); err == nil {
+			return h, nil
+		}
+		<-ctx.Done()
+		return nil, fmt.Errorf("%w: %w", redlock.ErrNotObtained, ctx.Err())
 	}
 	var last error
 	for {

@@ -50,6 +50,10 @@ var mutations = []struct {
 	{"S13-latency-full-validity", singleInstance, "latency", "fullvalidity", "want <= ttl-L-drift"},
 	{"S14-never-released", holderCrash, "", "neverrelease", "lock keys"},
 	{"S16-acks-ignored", replicaFailover, "acks-link-stalled", "none", "promised_overlaps="},
+	{"S17-wait-no-NX", waitSubscriptionKilled, "single", "nonx", "cs_overlaps="},
+	{"S17-wait-never-woken", waitSubscriptionKilled, "redlock-5", "nowake", "waiters obtained"},
+	{"S18-wait-never-woken", waitHolderCrash, "", "nowake", "the first waiter obtained"},
+	{"S19-wait-never-woken", waitMasterRestart, "single", "nowake", "waiters obtained"},
 	{"any-row-goroutine-left", extendAfterRestart, "never-revived", "leak", "lock goroutines left"},
 	// The adversary's checks, each on a short run of a fixed seed.
 	{"S15-no-NX", adversaryMutant(1, nil), "", "nonx", "overlaps="},

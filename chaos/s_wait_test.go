@@ -1,0 +1,304 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+// Waiting for a lock (redlock.WithWait): many waiters of one key, spread
+// over Clients that stand for processes, while the wake-ups are cut.
+
+const (
+	waitClients    = 5
+	waitersPerCl   = 10
+	waiterTTL      = time.Second
+	waiterHold     = 2 * time.Millisecond
+	waitObtainTime = 5 * time.Second
+)
+
+// waiters runs waitClients x waitersPerCl waiting Obtains of key, each
+// holding the lock waiterHold once; every hold goes to the ledger.
+type waiters struct {
+	ledger Ledger
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	errs   []error
+}
+
+func startWaiters(e *env, key string) *waiters {
+	w := &waiters{}
+	for range waitClients {
+		c := e.lockClient(e.masters(""))
+		for range waitersPerCl {
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), waitObtainTime)
+				defer cancel()
+				h, err := c.Obtain(ctx, key, waiterTTL, Wait())
+				if err != nil {
+					w.mu.Lock()
+					w.errs = append(w.errs, err)
+					w.mu.Unlock()
+					return
+				}
+				start := time.Now()
+				valid := start.Add(h.Validity())
+				time.Sleep(waiterHold)
+				end := time.Now()
+				w.ledger.Record(Interval{Key: key, Holder: h.Token(), Start: start, End: end, ValidUntil: valid})
+				h.Release(context.Background())
+			}()
+		}
+	}
+	return w
+}
+
+// waitedFor waits until key is marked as waited for ("!" after the token) on
+// every master and every master has that many wake subscribers.
+func (e *env) waitedFor(t *testing.T, key string, subscribers int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, m := range e.direct() {
+		for {
+			v, _ := m.Get(context.Background(), e.prefix+key).Result()
+			n, _ := m.PubSubNumSub(context.Background(), "redlock:wake").Result()
+			if strings.HasSuffix(v, "!") && n["redlock:wake"] >= subscribers {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: value %q, %d wake subscribers: the waiters are not waiting", key, v, n["redlock:wake"])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// gaps returns the holds in order and the largest time from one hold's
+// end (its Release call) to the next one's start, the first measured from
+// from.
+func gaps(l *Ledger, from time.Time) (first, largest time.Duration, n int) {
+	iv := l.Intervals()
+	slices.SortFunc(iv, func(a, b Interval) int { return a.Start.Compare(b.Start) })
+	prev := from
+	for i, v := range iv {
+		g := v.Start.Sub(prev)
+		if i == 0 {
+			first = g
+		}
+		largest = max(largest, g)
+		prev = v.End
+	}
+	return first, largest, len(iv)
+}
+
+// killPubSub closes every wake subscription on every master.
+func (e *env) killPubSub(ms []redis.UniversalClient) error {
+	var errs []error
+	for _, m := range ms {
+		if err := m.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// S17: the wake subscriptions are killed (CLIENT KILL TYPE pubsub) just
+// before the holder releases, so that release is published to nobody, and
+// again every 100ms while 50 waiters hand the lock on.
+func TestS17WaitSubscriptionKilled(t *testing.T) { waitSubscriptionKilled(t, library) }
+
+func waitSubscriptionKilled(t *testing.T, sub *subject) {
+	for _, n := range []int{5, 1} {
+		name := fmt.Sprintf("redlock-%d", n)
+		if n == 1 {
+			name = "single"
+		}
+		if !sub.runs(name) {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			r := newRow(t, sub, "S17 wait-pubsub-killed/"+name, "MUST",
+				fmt.Sprintf("N=%d; %d waiters over %d Clients (WithWait); CLIENT KILL TYPE pubsub on every master before the holder's release, then every 100ms", n, waitClients*waitersPerCl, waitClients),
+				"every waiter obtains; each hand-over within one TTL; cs=promised=0")
+			e := newEnv(t, sub, n, nil)
+			admin := e.direct()
+			a := e.lockClient(e.masters(""))
+			held, err := a.Obtain(context.Background(), "w", 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := startWaiters(e, "w")
+			if sub.mutant == "" {
+				e.waitedFor(t, "w", waitClients)
+			} else {
+				time.Sleep(200 * time.Millisecond)
+			}
+			if err := e.killPubSub(admin); err != nil {
+				t.Fatal(err)
+			}
+			released := time.Now()
+			err = held.Release(context.Background())
+			r.must(err == nil, "the holder's release: %v", err)
+			stop := make(chan struct{})
+			killed := make(chan int)
+			go func() {
+				kills := 1
+				defer func() { killed <- kills }()
+				tick := time.NewTicker(100 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						if e.killPubSub(admin) == nil {
+							kills++
+						}
+					}
+				}
+			}()
+			w.wg.Wait()
+			close(stop)
+			r.set("kills", <-killed)
+			reportWaiters(r, w, released)
+			time.Sleep(2*nodeTimeout + slack) // a Release returns at quorum; the last masters follow
+			res := e.residual()
+			r.must(res.Keys == 0, "%d lock keys left after every waiter released (the longest for %v more)", res.Keys, res.MaxPTTL)
+			if res.Keys > 0 {
+				for i, m := range admin {
+					v, _ := m.Get(context.Background(), e.prefix+"w").Result()
+					r.note("master %d holds %q", i, v)
+				}
+			}
+		})
+	}
+}
+
+// reportWaiters checks and reports what every waiter got.
+func reportWaiters(r *row, w *waiters, from time.Time) {
+	first, largest, holds := gaps(&w.ledger, from)
+	r.set("holds", holds)
+	r.set("first_grant_after", first)
+	r.set("max_handover_gap", largest)
+	if holds > 0 {
+		iv := w.ledger.Intervals()
+		var last time.Time
+		for _, v := range iv {
+			if v.End.After(last) {
+				last = v.End
+			}
+		}
+		r.set("all_done_after", last.Sub(from))
+	}
+	st := w.ledger.Stats()
+	r.set("cs_overlaps", st.CSOverlaps)
+	r.set("promised_overlaps", st.PromisedOverlaps)
+	r.must(st.CSOverlaps == 0 && st.PromisedOverlaps == 0, "cs_overlaps=%d promised_overlaps=%d, want 0", st.CSOverlaps, st.PromisedOverlaps)
+	r.must(len(w.errs) == 0 && holds == waitClients*waitersPerCl, "%d of %d waiters obtained (first error: %v)", holds, waitClients*waitersPerCl, firstErr(w.errs))
+	r.must(holds > 0 && largest <= waiterTTL+slack, "a hand-over took %v, want within one TTL (%v)", largest, waiterTTL)
+}
+
+func firstErr(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs[0]
+}
+
+// S18: a holder process is SIGKILLed while 50 waiters wait: no release
+// announces the key's end, it expires. The waiters never sleep past the
+// key's expiry.
+func TestS18WaitHolderCrash(t *testing.T) { waitHolderCrash(t, library) }
+
+func waitHolderCrash(t *testing.T, sub *subject) {
+	r := newRow(t, sub, "S18 wait-holder-crash", "MUST",
+		fmt.Sprintf("worker process under Do (TTL 1s) SIGKILLed while %d waiters over %d Clients wait (WithWait); N=5", waitClients*waitersPerCl, waitClients),
+		"the first waiter obtains within the TTL of the kill; every waiter obtains; each hand-over within one TTL; cs=promised=0")
+	e := newEnv(t, sub, 5, nil)
+	const ttl = time.Second
+	h := startHolder(t, e, "w", ttl)
+	h.wait(t, "HELD", 5*time.Second)
+	w := startWaiters(e, "w")
+	if sub.mutant == "" {
+		e.waitedFor(t, "w", waitClients)
+	} else {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killAt := time.Now()
+	h.cmd.Wait()
+	w.wg.Wait()
+	reportWaiters(r, w, killAt)
+	first, _, _ := gaps(&w.ledger, killAt)
+	r.must(w.ledger.Len() > 0 && first <= ttl+slack, "the first waiter obtained %v after the kill, want within the TTL (%v)", first, ttl)
+	time.Sleep(2*nodeTimeout + slack) // a Release returns at quorum; the last masters follow
+	res := e.residual()
+	r.must(res.Keys == 0, "%d lock keys left after every waiter released", res.Keys)
+}
+
+// S19: every master restarts (AOF, so the holder's key and its mark
+// survive) while 50 waiters wait, and the holder releases as soon as the
+// masters are back: before the waiters' subscriptions are, so its release
+// is published to nobody.
+func TestS19WaitMasterRestart(t *testing.T) { waitMasterRestart(t, library) }
+
+func waitMasterRestart(t *testing.T, sub *subject) {
+	for _, n := range []int{5, 1} {
+		name := fmt.Sprintf("redlock-%d", n)
+		if n == 1 {
+			name = "single"
+		}
+		if !sub.runs(name) {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			r := newRow(t, sub, "S19 wait-master-restart/"+name, "MUST",
+				fmt.Sprintf("N=%d, AOF; %d waiters over %d Clients (WithWait); every master SIGKILLed and restarted, the holder releases as soon as they answer", n, waitClients*waitersPerCl, waitClients),
+				"every waiter obtains; each hand-over within one TTL; cs=promised=0")
+			e := newEnv(t, sub, n, func(_ int, o *redistest.Options) { o.Persist = true })
+			a := e.lockClient(e.masters(""))
+			held, err := a.Obtain(context.Background(), "w", 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := startWaiters(e, "w")
+			if sub.mutant == "" {
+				e.waitedFor(t, "w", waitClients)
+			} else {
+				time.Sleep(200 * time.Millisecond)
+			}
+			all := make([]int, n)
+			for i := range all {
+				all[i] = i
+			}
+			e.restart(true, all...)
+			var released time.Time
+			for range 100 { // the holder's connections were cut too
+				released = time.Now()
+				if err = held.Release(context.Background()); err == nil {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			r.must(err == nil, "the holder's release: %v", err)
+			w.wg.Wait()
+			reportWaiters(r, w, released)
+			time.Sleep(2*nodeTimeout + slack) // a Release returns at quorum; the last masters follow
+			res := e.residual()
+			r.must(res.Keys == 0, "%d lock keys left after every waiter released", res.Keys)
+		})
+	}
+}
