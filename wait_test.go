@@ -441,3 +441,54 @@ func TestWaitOptionChecks(t *testing.T) {
 		t.Errorf("KeepAlive WithWait: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestWaitOnRedisCluster: on a Redis Cluster master a waiter marks the
+// key, and the release announces it on the key's own sharded channel
+// (SPUBLISH, in the key's slot); the waiter is woken by it, not by the
+// holder's 20s TTL, for keys on every shard.
+func TestWaitOnRedisCluster(t *testing.T) {
+	rc := startCluster(t, 3)
+	ctx := t.Context()
+	var cs []*redlock.Client
+	for range 2 {
+		cc := rc.Client()
+		t.Cleanup(func() { cc.Close() })
+		c, err := redlock.NewSingle(cc, redlock.WithKeyPrefix("lock:"), redlock.WithNodeTimeout(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	for _, k := range []string{"a", "b", "c", "user:{42}"} {
+		held, err := cs[0].Obtain(ctx, k, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := waitFor(ctx, cs[1], k, 20*time.Second)
+		cc := rc.Client()
+		redistest.Eventually(t, func() error {
+			if v := get(t, cc, "lock:"+k); !strings.HasSuffix(v, "!") {
+				return fmt.Errorf("%s holds %q, not marked", k, v)
+			}
+			n, err := cc.PubSubShardNumSub(ctx, "lock:"+k).Result()
+			if err != nil || n["lock:"+k] == 0 {
+				return fmt.Errorf("nobody subscribed to %s (%v)", k, err)
+			}
+			return nil
+		})
+		cc.Close()
+		released := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("%s: release of a marked key: %v", k, err)
+		}
+		w := outcome(t, ch, 5*time.Second)
+		if w.err != nil {
+			t.Fatalf("%s: %v", k, w.err)
+		}
+		if d := time.Since(released); d > time.Second {
+			t.Errorf("%s: obtained %v after the release, want woken at once", k, d)
+		}
+		w.l.Release(ctx)
+	}
+}
