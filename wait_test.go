@@ -136,6 +136,8 @@ func TestWaitSubscriptionKilled(t *testing.T) {
 	}
 	ch := waitFor(ctx, b, "k", 20*time.Second)
 	marked(t, clients[0], "k")
+	subscribed(t, clients[0])
+	time.Sleep(100 * time.Millisecond) // the ask at the confirmation; then it sleeps on the 20s TTL
 	if err := clients[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
