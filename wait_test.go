@@ -137,7 +137,10 @@ func TestWaitSubscriptionKilled(t *testing.T) {
 	ch := waitFor(ctx, b, "k", 20*time.Second)
 	marked(t, clients[0], "k")
 	subscribed(t, clients[0])
-	time.Sleep(100 * time.Millisecond) // the ask at the confirmation; then it sleeps on the 20s TTL
+	// An ask made before the subscription was confirmed is followed by
+	// another within a node timeout (500ms here); after that one the
+	// waiter relies on the wake-up and sleeps on the 20s TTL.
+	time.Sleep(700 * time.Millisecond)
 	if err := clients[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
