@@ -283,12 +283,29 @@ type withWait struct{}
 func (withWait) applyObtain(c *obtainConfig) { c.wait = true }
 
 // WithWait makes Obtain (and Do) wait for the lock until it is obtained or
-// ctx ends, without polling: a waiter queues on the masters, and the
-// release of the lock wakes it (see "Waiting" in the package doc). Give
-// ctx a deadline to bound the wait; [Client.Close] ends it (ErrClosed).
-// The masters must allow PUBLISH and SUBSCRIBE (SPUBLISH and SSUBSCRIBE,
-// Redis 7, on a Redis Cluster) to the clients' users. It cannot be
-// combined with [WithRetry].
+// ctx ends, without polling. A waiter that finds the key held marks it as
+// waited for (the key's value becomes the holder's token followed by "!"),
+// and the release of a marked key is published on the master's wake
+// channel ("redlock:wake"; on a Redis Cluster master, SPUBLISH on a
+// channel named like the key); the waiter tries again when enough masters
+// announced the release for a quorum to be free, or when a quorum of the
+// keys that refused it could have expired, whichever comes first, so a
+// lost announcement costs at most the holder's remaining TTL. The release
+// reserves nothing: the key is free for whoever asks first, a try-once
+// Obtain included.
+//
+// Order: the waiters of one Client and key take turns in the order they
+// began to wait, and only the first of them asks the masters; across
+// Clients there is no order, their first waiters race at each release. At
+// N > 1 a woken waiter asks one master first (the same for every Client
+// that names the masters alike) and the others once it granted, so that
+// waiters woken together do not split the masters between them.
+//
+// Give ctx a deadline to bound the wait; [Client.Close] ends it
+// ([ErrClosed]). The masters must allow PUBLISH and SUBSCRIBE (SPUBLISH and
+// SSUBSCRIBE, Redis 7, on a Redis Cluster) to the clients' users; a Client
+// keeps one subscription per master (per key on a Cluster) while it has
+// waiters, and 2s after. It cannot be combined with [WithRetry].
 func WithWait() ObtainOption { return withWait{} }
 
 type renewEvery time.Duration
