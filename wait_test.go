@@ -34,6 +34,17 @@ func waitFor(ctx context.Context, c *redlock.Client, key string, ttl time.Durati
 	return ch
 }
 
+// holdAndWait holds "k" for 20s with a and starts a waiting Obtain of it
+// with b.
+func holdAndWait(t *testing.T, a, b *redlock.Client) (*redlock.Lock, <-chan waited) {
+	t.Helper()
+	held, err := a.Obtain(t.Context(), "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held, waitFor(t.Context(), b, "k", 20*time.Second)
+}
+
 // marked waits until a waiter has marked key on the master as waited for
 // (its value ends in "!"), so that its release is announced.
 func marked(t *testing.T, rdb redis.UniversalClient, key string) {
@@ -77,11 +88,7 @@ func TestWaitWokenByRelease(t *testing.T) {
 			_, clients, a := cluster(t, n)
 			b := newClient(t, clients, redlock.WithNodeTimeout(500*time.Millisecond))
 			ctx := t.Context()
-			held, err := a.Obtain(ctx, "k", 20*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ch := waitFor(ctx, b, "k", 20*time.Second)
+			held, ch := holdAndWait(t, a, b)
 			marked(t, clients[0], "k")
 			released := time.Now()
 			if err := held.Release(ctx); err != nil {
@@ -130,11 +137,7 @@ func TestWaitSubscriptionKilled(t *testing.T) {
 	_, clients, a := cluster(t, 1)
 	b := newClient(t, clients)
 	ctx := t.Context()
-	held, err := a.Obtain(ctx, "k", 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := waitFor(ctx, b, "k", 20*time.Second)
+	held, ch := holdAndWait(t, a, b)
 	marked(t, clients[0], "k")
 	subscribed(t, clients[0])
 	// An ask made before the subscription was confirmed is followed by
@@ -207,11 +210,7 @@ func TestWaitNothingReserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	held, err := a.Obtain(ctx, "k", 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := waitFor(ctx, b, "k", 20*time.Second)
+	held, ch := holdAndWait(t, a, b)
 	marked(t, clients[0], "k")
 	if _, err := a.Obtain(ctx, "k", time.Second); !errors.Is(err, redlock.ErrTaken) {
 		t.Fatalf("try-once Obtain of a held key waited for: %v, want ErrTaken", err)

@@ -113,12 +113,25 @@ func (e *env) killPubSub(ms []redis.UniversalClient) error {
 	return errors.Join(errs...)
 }
 
-// S17: the wake subscriptions are killed (CLIENT KILL TYPE pubsub) just
-// before the holder releases, so that release is published to nobody, and
-// again every 100ms while 50 waiters hand the lock on.
-func TestS17WaitSubscriptionKilled(t *testing.T) { waitSubscriptionKilled(t, library) }
+// queueWaiters starts the waiters of key and returns once they wait on
+// every master (a mutant marks nothing: then after a while).
+func (e *env) queueWaiters(t *testing.T, key string) *waiters {
+	w := startWaiters(e, key)
+	if e.sub.mutant == "" {
+		e.waitedFor(t, key, waitClients)
+	} else {
+		time.Sleep(200 * time.Millisecond)
+	}
+	return w
+}
 
-func waitSubscriptionKilled(t *testing.T, sub *subject) {
+// waitRows runs a scenario of waiters woken by a release, as rows for N=5
+// and a single master: masters started with opt, A holding "w" (TTL 10s)
+// and 50 waiters of it; release stages the fault, releases A's lock and
+// returns when the release began, and what to do once every waiter is
+// done (nil: nothing).
+func waitRows(t *testing.T, sub *subject, scenario, fault string, opt func(int, *redistest.Options),
+	release func(t *testing.T, r *row, e *env, held Held) (time.Time, func())) {
 	for _, n := range []int{5, 1} {
 		name := fmt.Sprintf("redlock-%d", n)
 		if n == 1 {
@@ -128,30 +141,49 @@ func waitSubscriptionKilled(t *testing.T, sub *subject) {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
-			r := newRow(t, sub, "S17 wait-pubsub-killed/"+name, "MUST",
-				fmt.Sprintf("N=%d; %d waiters over %d Clients (WithWait); CLIENT KILL TYPE pubsub on every master before the holder's release, then every 100ms", n, waitClients*waitersPerCl, waitClients),
+			r := newRow(t, sub, scenario+"/"+name, "MUST",
+				fmt.Sprintf("N=%d; %d waiters over %d Clients (WithWait); %s", n, waitClients*waitersPerCl, waitClients, fault),
 				"every waiter obtains; each hand-over within one TTL; cs=promised=0")
-			e := newEnv(t, sub, n, nil)
-			admin := e.direct()
-			a := e.lockClient(e.masters(""))
-			held, err := a.Obtain(context.Background(), "w", 10*time.Second)
+			e := newEnv(t, sub, n, opt)
+			held, err := e.lockClient(e.masters("")).Obtain(context.Background(), "w", 10*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
-			w := startWaiters(e, "w")
-			if sub.mutant == "" {
-				e.waitedFor(t, "w", waitClients)
-			} else {
-				time.Sleep(200 * time.Millisecond)
+			w := e.queueWaiters(t, "w")
+			released, after := release(t, r, e, held)
+			w.wg.Wait()
+			if after != nil {
+				after()
 			}
+			reportWaiters(r, w, released)
+			e.noKeysLeft(r)
+		})
+	}
+}
+
+// noKeysLeft checks that no lock key is left once every waiter released.
+func (e *env) noKeysLeft(r *row) {
+	time.Sleep(2*nodeTimeout + slack) // a Release returns at quorum; the last masters follow
+	res := e.residual()
+	r.must(res.Keys == 0, "%d lock keys left after every waiter released (the longest for %v more)", res.Keys, res.MaxPTTL)
+}
+
+// S17: the wake subscriptions are killed (CLIENT KILL TYPE pubsub) just
+// before the holder releases, so that release is published to nobody, and
+// again every 100ms while 50 waiters hand the lock on.
+func TestS17WaitSubscriptionKilled(t *testing.T) { waitSubscriptionKilled(t, library) }
+
+func waitSubscriptionKilled(t *testing.T, sub *subject) {
+	waitRows(t, sub, "S17 wait-pubsub-killed", "CLIENT KILL TYPE pubsub on every master before the holder's release, then every 100ms", nil,
+		func(t *testing.T, r *row, e *env, held Held) (time.Time, func()) {
+			admin := e.direct()
 			if err := e.killPubSub(admin); err != nil {
 				t.Fatal(err)
 			}
 			released := time.Now()
-			err = held.Release(context.Background())
+			err := held.Release(context.Background())
 			r.must(err == nil, "the holder's release: %v", err)
-			stop := make(chan struct{})
-			killed := make(chan int)
+			stop, killed := make(chan struct{}), make(chan int)
 			go func() {
 				kills := 1
 				defer func() { killed <- kills }()
@@ -168,21 +200,11 @@ func waitSubscriptionKilled(t *testing.T, sub *subject) {
 					}
 				}
 			}()
-			w.wg.Wait()
-			close(stop)
-			r.set("kills", <-killed)
-			reportWaiters(r, w, released)
-			time.Sleep(2*nodeTimeout + slack) // a Release returns at quorum; the last masters follow
-			res := e.residual()
-			r.must(res.Keys == 0, "%d lock keys left after every waiter released (the longest for %v more)", res.Keys, res.MaxPTTL)
-			if res.Keys > 0 {
-				for i, m := range admin {
-					v, _ := m.Get(context.Background(), e.prefix+"w").Result()
-					r.note("master %d holds %q", i, v)
-				}
+			return released, func() {
+				close(stop)
+				r.set("kills", <-killed)
 			}
 		})
-	}
 }
 
 // reportWaiters checks and reports what every waiter got.
@@ -229,12 +251,7 @@ func waitHolderCrash(t *testing.T, sub *subject) {
 	const ttl = time.Second
 	h := startHolder(t, e, "w", ttl)
 	h.wait(t, "HELD", 5*time.Second)
-	w := startWaiters(e, "w")
-	if sub.mutant == "" {
-		e.waitedFor(t, "w", waitClients)
-	} else {
-		time.Sleep(200 * time.Millisecond)
-	}
+	w := e.queueWaiters(t, "w")
 	if err := h.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -244,9 +261,7 @@ func waitHolderCrash(t *testing.T, sub *subject) {
 	reportWaiters(r, w, killAt)
 	first, _, _ := gaps(&w.ledger, killAt)
 	r.must(w.ledger.Len() > 0 && first <= ttl+slack, "the first waiter obtained %v after the kill, want within the TTL (%v)", first, ttl)
-	time.Sleep(2*nodeTimeout + slack) // a Release returns at quorum; the last masters follow
-	res := e.residual()
-	r.must(res.Keys == 0, "%d lock keys left after every waiter released", res.Keys)
+	e.noKeysLeft(r)
 }
 
 // S19: every master restarts (AOF, so the holder's key and its mark
@@ -256,36 +271,16 @@ func waitHolderCrash(t *testing.T, sub *subject) {
 func TestS19WaitMasterRestart(t *testing.T) { waitMasterRestart(t, library) }
 
 func waitMasterRestart(t *testing.T, sub *subject) {
-	for _, n := range []int{5, 1} {
-		name := fmt.Sprintf("redlock-%d", n)
-		if n == 1 {
-			name = "single"
-		}
-		if !sub.runs(name) {
-			continue
-		}
-		t.Run(name, func(t *testing.T) {
-			r := newRow(t, sub, "S19 wait-master-restart/"+name, "MUST",
-				fmt.Sprintf("N=%d, AOF; %d waiters over %d Clients (WithWait); every master SIGKILLed and restarted, the holder releases as soon as they answer", n, waitClients*waitersPerCl, waitClients),
-				"every waiter obtains; each hand-over within one TTL; cs=promised=0")
-			e := newEnv(t, sub, n, func(_ int, o *redistest.Options) { o.Persist = true })
-			a := e.lockClient(e.masters(""))
-			held, err := a.Obtain(context.Background(), "w", 10*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w := startWaiters(e, "w")
-			if sub.mutant == "" {
-				e.waitedFor(t, "w", waitClients)
-			} else {
-				time.Sleep(200 * time.Millisecond)
-			}
-			all := make([]int, n)
+	waitRows(t, sub, "S19 wait-master-restart", "AOF; every master SIGKILLed and restarted, the holder releases as soon as they answer",
+		func(_ int, o *redistest.Options) { o.Persist = true },
+		func(t *testing.T, r *row, e *env, held Held) (time.Time, func()) {
+			all := make([]int, len(e.servers))
 			for i := range all {
 				all[i] = i
 			}
 			e.restart(true, all...)
 			var released time.Time
+			var err error
 			for range 100 { // the holder's connections were cut too
 				released = time.Now()
 				if err = held.Release(context.Background()); err == nil {
@@ -294,11 +289,6 @@ func waitMasterRestart(t *testing.T, sub *subject) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			r.must(err == nil, "the holder's release: %v", err)
-			w.wg.Wait()
-			reportWaiters(r, w, released)
-			time.Sleep(2*nodeTimeout + slack) // a Release returns at quorum; the last masters follow
-			res := e.residual()
-			r.must(res.Keys == 0, "%d lock keys left after every waiter released", res.Keys)
+			return released, nil
 		})
-	}
 }
