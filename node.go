@@ -148,12 +148,23 @@ var (
 func (n *node) deliver(r *request) {
 	if rd := r.rd; rd != nil {
 		rd.replies <- reply{idx: r.idx, val: r.val, err: r.err}
+		if r.idx < 64 && rd.undoing.Load() && r.err != ErrTaken && rd.claim(r.idx) {
+			n.sendUndo(rd, r.idx) // its caller has given up on this answer
+		}
 		rd.unref()
 	}
 	r.op, r.cmd, r.rd, r.val, r.err = op{}, nil, nil, 0, nil
 	r.acked, r.ackMs, r.ackErr = 0, 0, nil
 	clear(r.argv[:]) // the commands keep r.argv as their arguments
 	n.reqs.Put(r)
+}
+
+// sendUndo sends rd's undo to master i, on a deadline of its own.
+func (n *node) sendUndo(rd *round, i int) {
+	r := n.reqs.Get().(*request)
+	r.op, r.idx = rd.undoOp, i
+	r.deadline = time.Now().Add(rd.undoTimeout)
+	n.send(r)
 }
 
 // addrOf names a master in errors by the address its client knows.
