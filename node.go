@@ -25,9 +25,11 @@ type node struct {
 	down atomic.Bool // the master stopped answering (kept with an Observer only)
 	wg   *sync.WaitGroup
 
-	// A Cluster master's lanes, one per shard (shards.go).
-	cluster *redis.ClusterClient
-	shards  shardLanes
+	// A Cluster master's lanes, one per shard, once its slot map is
+	// loaded (shards.go).
+	cluster    *redis.ClusterClient
+	slotsKnown atomic.Bool
+	shards     shardLanes
 
 	// WithReplicaAcks: replicas that must acknowledge a grant (0: none, no
 	// WAIT is ever sent), boxed once for the WAIT's argument, and how long
@@ -127,7 +129,17 @@ func boundedByDeadline(rdb redis.UniversalClient) bool {
 // could end sooner than its deadline) and the node's client bounds reads by
 // that deadline.
 func (n *node) send(r *request) {
-	n.laneFor(r).send(r, n.inl && r.inline)
+	for {
+		l := n.laneFor(r)
+		if l.trySend(r, n.inl && r.inline) {
+			return
+		}
+		if l == n.lane { // the Client is closing
+			l.fail(r, ErrClosed)
+			return
+		}
+		// a shard lane that ended (shards.go): take the shard's lane again
+	}
 }
 
 func (n *node) close() {
