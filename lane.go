@@ -72,6 +72,7 @@ type lane struct {
 	stalled time.Time // from then on the batch in flight is overdue: twice its deadline's span
 	waiting bool      // the worker is parked
 	closed  bool
+	exited  bool        // the worker took the kept Releases for the last time
 	kept    []op        // Releases failed before they were sent, for the transport
 	ticking *time.Timer // the next tick, while the transport wants ticks
 	poked   bool        // a tick is due
@@ -105,10 +106,18 @@ func (l *lane) send(r *request, inline bool) {
 	}
 }
 
-// trySend is send, but leaves r to the caller when the lane is closed.
+// trySend is send, but leaves r to the caller when the lane is closed;
+// except a Release nobody waits for (a failed attempt's undo, sent when a
+// late answer came), which a closing lane keeps for the last sending of
+// its kept Releases, as it sends what was queued before it closed.
 func (l *lane) trySend(r *request, inline bool) bool {
 	l.mu.Lock()
 	switch {
+	case l.closed && r.rd == nil && r.kind == opRelease && !l.exited && len(l.kept) < maxPending:
+		l.kept = append(l.kept, r.op)
+		l.mu.Unlock()
+		l.fail(r, ErrClosed)
+		return true
 	case l.closed:
 		l.mu.Unlock()
 		return false
@@ -202,6 +211,7 @@ func (l *lane) work(wg *sync.WaitGroup) {
 		}
 		if len(l.queue) == 0 && l.closed {
 			kept := l.takeKept()
+			l.exited = true
 			l.mu.Unlock()
 			l.shut(kept)
 			return

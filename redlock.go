@@ -474,29 +474,37 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 		o.stale = o.deadline.Add(2 * time.Duration(ms) * time.Millisecond)
 	}
 	rd.undoOp, rd.undoTimeout = o, timeout
-	rd.undoing.Store(true)    // from here on, a node that delivers an answer may send its undo
-	for len(rd.replies) > 0 { // answers delivered before: the caller's
-		rd.record(<-rd.replies)
-	}
+	rd.undoing.Store(true) // from here on, a node that delivers an answer may send its undo
 	wait := c.round()
 	defer wait.done()
 	n := 0
+	for len(rd.replies) > 0 { // answers that came after the decision: the caller's, not in its outcome
+		r := <-rd.replies
+		n += c.undoOn(rd, r.idx, r.err, &o, wait)
+	}
 	for i := range c.nodes {
-		err := rd.nodes[i].Err
-		switch {
-		case i >= 64: // no bit of its own (see bit): as if it answered an error
-			c.send(i, &o, nil)
-		case rd.answered&bit(i) == 0 || err == ErrTaken:
-			// its node sends the undo when the answer comes, if needed
-		case !rd.claim(i):
-		case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
-			c.send(i, &o, wait)
-			n++
-		default:
-			c.send(i, &o, nil)
+		if i < 64 && rd.answered&bit(i) == 0 {
+			continue // its node sends the undo when the answer comes, if needed
 		}
+		n += c.undoOn(rd, i, rd.nodes[i].Err, &o, wait)
 	}
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
+}
+
+// undoOn sends the undo o to master i, whose answer to the attempt was err,
+// unless it is not needed or someone else sends it; it returns 1 when the
+// caller waits for it on wait.
+func (c *Client) undoOn(rd *round, i int, err error, o *op, wait *round) int {
+	switch {
+	case !c.nodes[i].undoNeeded(err):
+	case i < 64 && !rd.claim(i):
+	case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
+		c.send(i, o, wait)
+		return 1
+	default:
+		c.send(i, o, nil)
+	}
+	return 0
 }
 
 // ranWithoutAcks reports whether err is a master's grant that too few
