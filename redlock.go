@@ -261,7 +261,7 @@ func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, 
 	var timer *time.Timer
 	var last error
 	for n = 1; ; n++ {
-		lock, nodes, err := c.attempt(ctx, key, ttl)
+		lock, nodes, err := c.attempt(ctx, key, ttl, oc.set)
 		if err == nil {
 			return lock, n, nodes, nil
 		}
@@ -360,15 +360,12 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 	if ctx == nil {
 		return 0, invalid("nil context")
 	}
-	if key == "" {
-		return 0, invalid("empty key")
+	if err := c.checkKey(key); err != nil {
+		return 0, err
 	}
 	ttl, err := c.checkTTL(ttl)
 	if err != nil {
 		return 0, err
-	}
-	if c.cfg.fencing && c.sharded && !hasTag(c.cfg.keyPrefix+key) && strings.IndexByte(c.cfg.keyPrefix+key, '}') >= 0 {
-		return 0, invalid("with fencing on a Redis Cluster, key %q (prefix included) contains '}' without a hash tag, so its fence counter cannot share its slot; put a hash tag in it, like {%s}", c.cfg.keyPrefix+key, key)
 	}
 	if c.cfg.acks > 0 {
 		if err := c.cfg.checkAcks(ttl); err != nil {
@@ -379,6 +376,17 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 		return 0, ErrClosed
 	}
 	return ttl, nil
+}
+
+// checkKey validates one lock key.
+func (c *Client) checkKey(key string) error {
+	if key == "" {
+		return invalid("empty key")
+	}
+	if c.cfg.fencing && c.sharded && !hasTag(c.cfg.keyPrefix+key) && strings.IndexByte(c.cfg.keyPrefix+key, '}') >= 0 {
+		return invalid("with fencing on a Redis Cluster, key %q (prefix included) contains '}' without a hash tag, so its fence counter cannot share its slot; put a hash tag in it, like {%s}", c.cfg.keyPrefix+key, key)
+	}
+	return nil
 }
 
 func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
@@ -394,8 +402,9 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
-// attempt makes one try at the lock.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, []NodeError, error) {
+// attempt makes one try at the lock: on key, or, with set, on every key of
+// the set at once (key is then its first).
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet) (*Lock, []NodeError, error) {
 	if ctx.Err() != nil {
 		return nil, nil, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
@@ -403,11 +412,15 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	timeout := c.cfg.timeout(ttl)
 	l := &Lock{c: c, key: key, token: newToken(), obtained: start}
 	l.ttl.Store(int64(ttl))
-	full, kind, ckey := c.cfg.keyPrefix+key, opAcquire, ""
-	if c.cfg.fencing {
-		kind, ckey = opAcquireFenced, counterKey(full)
+	if set != nil {
+		l.op = set.acquire(l.token, c.boxTTL(ttl))
+	} else {
+		full, kind, ckey := c.cfg.keyPrefix+key, opAcquire, ""
+		if c.cfg.fencing {
+			kind, ckey = opAcquireFenced, counterKey(full)
+		}
+		l.op = newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
 	}
-	l.op = newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
 	rd := c.fanout(ctx, l.op, start.Add(timeout), timeout)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
@@ -433,6 +446,9 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 				rd.nodes[i].Err = errLapsed
 			}
 		}
+	}
+	if set != nil {
+		set.blocked(rd)
 	}
 	return nil, nil, c.quorumError("obtain", rd, ErrNotObtained)
 }
