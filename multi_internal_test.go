@@ -255,3 +255,53 @@ func withRetake(o op, by int64) op {
 	o.retakeBy = by
 	return o
 }
+
+// TestSetsOnMiniredis: the set scripts run on miniredis's Lua too, which
+// redlocktest's in-process masters use: take, refuse with the key that
+// blocked, fence, extend and re-take, release.
+func TestSetsOnMiniredis(t *testing.T) {
+	ctx := context.Background()
+	ms, cs := minis(t, 3)
+	c := newClient(t, cs, WithFencing(), WithKeyPrefix("lock:"))
+	l, err := c.ObtainMulti(ctx, []string{"a", "b"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Fence() != 1 {
+		t.Fatalf("fence %d, want 1", l.Fence())
+	}
+	_, err = c.ObtainMulti(ctx, []string{"c", "b"}, time.Minute)
+	var qe *QuorumError
+	if !errors.Is(err, ErrTaken) || !errors.As(err, &qe) || qe.Nodes[0].Key != "b" && qe.Nodes[1].Key != "b" {
+		t.Fatalf("overlapping set: %v, want ErrTaken naming b", err)
+	}
+	for _, m := range ms {
+		m.Del("lock:b")
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error {
+		for i, m := range ms {
+			if got, _ := m.Get("lock:b"); got != l.Token() {
+				return fmt.Errorf("master %d: b = %q after Extend, want re-taken", i, got)
+			}
+		}
+		return nil
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error {
+		for i, m := range ms {
+			if m.Exists("lock:a") || m.Exists("lock:b") {
+				return fmt.Errorf("master %d keeps the set after Release", i)
+			}
+		}
+		return nil
+	})
+	next, err := c.ObtainMulti(ctx, []string{"b", "c"}, time.Minute)
+	if err != nil || next.Fence() != 2 {
+		t.Fatalf("next set: fence %v, %v; want 2", next.Fence(), err)
+	}
+}
