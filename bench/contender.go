@@ -21,6 +21,21 @@ var contenders = []contenderSpec{
 	{Name: "redlock-observed", Kind: kindOurs, Color: "#e377c2", Masters: anyMasters,
 		What: "`redlock.New(masters, redlock.WithObserver(o))` with an Observer that counts every event by kind and outcome: the cost of observing",
 		New:  func() contender { return &redlockContender{observed: true} }},
+	// Locks on several keys: the cost per key of ObtainMulti against one
+	// key's Obtain (redlock) in the same cells; only where throughput and
+	// Redis CPU say it (uncontended, 64 goroutines, no added latency).
+	{Name: "redlock-set1", Kind: kindOurs, Color: "#fcbba1", Masters: anyMasters, Clusters: true, Keys: 1, Only: setCells,
+		What: "`redlock.New(masters)`, `ObtainMulti` of a set of 1 key (the set scripts), `Lock.Release`",
+		New:  func() contender { return &redlockContender{keys: 1} }},
+	{Name: "redlock-set2", Kind: kindOurs, Color: "#fc9272", Masters: anyMasters, Clusters: true, Keys: 2, Only: setCells,
+		What: "`ObtainMulti` of a set of 2 keys sharing a hash tag, `Lock.Release`",
+		New:  func() contender { return &redlockContender{keys: 2} }},
+	{Name: "redlock-set4", Kind: kindOurs, Color: "#ef3b2c", Masters: anyMasters, Clusters: true, Keys: 4, Only: setCells,
+		What: "`ObtainMulti` of a set of 4 keys sharing a hash tag, `Lock.Release`",
+		New:  func() contender { return &redlockContender{keys: 4} }},
+	{Name: "redlock-set8", Kind: kindOurs, Color: "#a50f15", Masters: anyMasters, Clusters: true, Keys: 8, Only: setCells,
+		What: "`ObtainMulti` of a set of 8 keys sharing a hash tag, `Lock.Release`",
+		New:  func() contender { return &redlockContender{keys: 8} }},
 	{Name: "goredis-autopipeline", Kind: kindBaseline, Color: "#9467bd", Masters: anyMasters, Clusters: true,
 		What: "a Redlock of about 100 lines on go-redis's own automatic pipelining (`AsyncAutoPipeline`, experimental): SET NX PX on every master through one autopipeliner per master, wait for every reply, quorum and validity check, EVALSHA compare-and-delete to release. No per-request deadline: it waits for the slowest master",
 		New:  func() contender { return &autopipeContender{} }},
@@ -54,17 +69,26 @@ type contenderSpec struct {
 	// Clusters whether each master may be a Redis Cluster (a *redis.ClusterClient).
 	Masters  func(n int) bool
 	Clusters bool
-	New      func() contender
+	// Keys is how many keys one lock holds (a set: ObtainMulti); 0 for one
+	// key. Only, when set, narrows the cells the contender runs in.
+	Keys int
+	Only func(c cell) bool
+	New  func() contender
 }
 
 func anyMasters(int) bool  { return true }
 func oneMaster(n int) bool { return n == 1 }
 func (s contenderSpec) supports(c cell) bool {
-	if c.Cluster && !s.Clusters {
+	if c.Cluster && !s.Clusters || s.Only != nil && !s.Only(c) {
 		return false
 	}
 	return s.Masters(c.N)
 }
+
+// setCells are the cells of the set contenders: uncontended, 64
+// goroutines, no added latency, where cycles/s and Redis CPU per cycle
+// show what each key of a set costs.
+func setCells(c cell) bool { return !c.Contended && c.G == 64 && c.Latency == 0 }
 
 func specOf(name string) (contenderSpec, bool) {
 	for _, s := range contenders {
