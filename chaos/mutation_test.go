@@ -50,6 +50,8 @@ var mutations = []struct {
 	{"S13-latency-full-validity", singleInstance, "latency", "fullvalidity", "want <= ttl-L-drift"},
 	{"S14-never-released", holderCrash, "", "neverrelease", "lock keys"},
 	{"S16-acks-ignored", replicaFailover, "acks-link-stalled", "none", "promised_overlaps="},
+	{"S17-sets-first-key-only", overlappingSetsScenario, "n5-sigstop", "multifirst", "cs_overlaps="},
+	{"S17-sets-hold-and-wait", overlappingSetsScenario, "n5-sigstop", "multiwait", "every worker"},
 	{"any-row-goroutine-left", extendAfterRestart, "never-revived", "leak", "lock goroutines left"},
 	// The adversary's checks, each on a short run of a fixed seed.
 	{"S15-no-NX", adversaryMutant(1, nil), "", "nonx", "overlaps="},
