@@ -93,7 +93,7 @@ func (e *ReplicaError) Unwrap() error { return e.Err }
 type NodeError struct {
 	Addr string // the master's address as its client knows it, else "master[i]"
 	Err  error  // nil when this master agreed
-	// Key, for a lock on several keys ([Client.ObtainMulti]) that this
+	// Key, for a lock on two or more keys ([Client.ObtainMulti]) that this
 	// master refused (Err is ErrTaken), is the key of the set it found
 	// held by another owner, as the caller named it; else "".
 	Key string

@@ -21,7 +21,9 @@ const MaxKeys = 64
 // holds another owner's token. The lock is held when a quorum of masters
 // took the whole set within its validity; retries, the validity, the undo
 // of a failed attempt and the errors are those of [Client.Obtain]. A master
-// that refused names the key it found held in its [NodeError] (Key).
+// that refused a set of two or more keys names the key it found held in its
+// [NodeError] (Key). A set of one key is a lock on that key, as from
+// [Client.Obtain].
 //
 // Calls on overlapping sets never deadlock: no master holds part of a set,
 // and a failed attempt releases the set on every master that may have
@@ -60,7 +62,7 @@ const MaxKeys = 64
 // common hash tag, {account}:a and {account}:b. Everything else is as for
 // [Client.Obtain].
 func (c *Client) ObtainMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
-	set, ttl, err := c.checkSet(ctx, keys, ttl)
+	key, set, ttl, err := c.checkSet(ctx, keys, ttl)
 	if err != nil {
 		return nil, c.closedObtain(err)
 	}
@@ -69,7 +71,7 @@ func (c *Client) ObtainMulti(ctx context.Context, keys []string, ttl time.Durati
 		return nil, err
 	}
 	oc.set = set
-	return c.obtain(ctx, set.names[0], ttl, oc)
+	return c.obtain(ctx, key, ttl, oc)
 }
 
 // DoMulti is [Client.Do] for a lock on several keys, all or none: it is
@@ -77,11 +79,11 @@ func (c *Client) ObtainMulti(ctx context.Context, keys []string, ttl time.Durati
 // ObtainMulti; fn, its context, the renewals, the options and the error
 // returned as for Do.
 func (c *Client) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) error {
-	set, ttl, err := c.checkSet(ctx, keys, ttl)
+	key, set, ttl, err := c.checkSet(ctx, keys, ttl)
 	if err != nil {
 		return c.closedObtain(err)
 	}
-	return c.doOn(ctx, set.names[0], set, ttl, fn, opts)
+	return c.doOn(ctx, key, set, ttl, fn, opts)
 }
 
 // Keys returns the keys the lock holds, without the client's prefix: the
@@ -95,10 +97,12 @@ func (l *Lock) Keys() []string {
 }
 
 // checkSet validates what ObtainMulti and DoMulti take, and returns the
-// set, its duplicates dropped, and ttl rounded up as [Client.check] does.
-func (c *Client) checkSet(ctx context.Context, keys []string, ttl time.Duration) (*keySet, time.Duration, error) {
+// set's first key and the set, its duplicates dropped (nil for a set of one
+// key, which is a lock on that key: a plain SET NX costs a master less than
+// a script), and ttl rounded up as [Client.check] does.
+func (c *Client) checkSet(ctx context.Context, keys []string, ttl time.Duration) (string, *keySet, time.Duration, error) {
 	if len(keys) == 0 {
-		return nil, 0, invalid("no keys: a lock on several keys needs at least one")
+		return "", nil, 0, invalid("no keys: a lock on several keys needs at least one")
 	}
 	names := make([]string, 0, min(len(keys), MaxKeys))
 	for i, k := range keys {
@@ -106,25 +110,28 @@ func (c *Client) checkSet(ctx context.Context, keys []string, ttl time.Duration)
 			continue
 		}
 		if len(names) == MaxKeys {
-			return nil, 0, invalid("more than %d distinct keys: a master runs a set's every request as one script, blocking others meanwhile", MaxKeys)
+			return "", nil, 0, invalid("more than %d distinct keys: a master runs a set's every request as one script, blocking others meanwhile", MaxKeys)
 		}
 		if err := c.checkKey(k); err != nil {
-			return nil, 0, fmt.Errorf("%w (keys[%d])", err, i)
+			return "", nil, 0, fmt.Errorf("%w (keys[%d])", err, i)
 		}
 		names = append(names, k)
 	}
 	ttl, err := c.check(ctx, names[0], ttl)
 	if err != nil {
-		return nil, 0, err
+		return "", nil, 0, err
+	}
+	if len(names) == 1 {
+		return names[0], nil, ttl, nil
 	}
 	if c.sharded {
 		first := hashSlot(c.cfg.keyPrefix + names[0])
 		for _, k := range names[1:] {
 			if slot := hashSlot(c.cfg.keyPrefix + k); slot != first {
-				return nil, 0, invalid("on a Redis Cluster the keys of a set must share one hash slot, and %q and %q (prefix %q included) do not (slots %d and %d): each master takes the set in one script, which a Cluster runs on one slot only; give the keys a common hash tag, the part in braces that Cluster hashes: {account}:a and {account}:b share a slot, account:a and account:b need not",
+				return "", nil, 0, invalid("on a Redis Cluster the keys of a set must share one hash slot, and %q and %q (prefix %q included) do not (slots %d and %d): each master takes the set in one script, which a Cluster runs on one slot only; give the keys a common hash tag, the part in braces that Cluster hashes: {account}:a and {account}:b share a slot, account:a and account:b need not",
 					names[0], k, c.cfg.keyPrefix, first, slot)
 			}
 		}
 	}
-	return c.newKeySet(names), ttl, nil
+	return names[0], c.newKeySet(names), ttl, nil
 }

@@ -195,6 +195,35 @@ func TestObtainMultiBadInput(t *testing.T) {
 	}
 }
 
+// TestSetOfOneKeyIsALockOnIt: a set of one key (duplicates dropped) is
+// taken as Obtain takes a key, with a plain SET NX rather than a script.
+func TestSetOfOneKeyIsALockOnIt(t *testing.T) {
+	ctx := context.Background()
+	_, clients, c := cluster(t, 1)
+	warm, err := c.Obtain(ctx, "warm", time.Minute) // loads the scripts, opens the lane
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Release(ctx)
+	sets, evals := setCalls(t, clients[0]), cmdCalls(t, clients[0], "evalsha")
+	l, err := c.ObtainMulti(ctx, []string{"only", "only"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Keys(); !slices.Equal(got, []string{"only"}) || l.Key() != "only" {
+		t.Fatalf("Keys %q, Key %q", got, l.Key())
+	}
+	if s, e := setCalls(t, clients[0])-sets, cmdCalls(t, clients[0], "evalsha")-evals; s != 1 || e != 0 {
+		t.Fatalf("the acquire ran %d SETs and %d scripts, want one SET NX", s, e)
+	}
+	if _, err := c.Obtain(ctx, "only", time.Minute); !errors.Is(err, redlock.ErrTaken) {
+		t.Fatalf("Obtain of the set's key: %v, want ErrTaken", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMultiExtendAndRelease: Extend and Release act on the whole set,
 // owner-checked key by key: Extend re-takes a vanished key and is refused
 // where a key is another owner's; Release never deletes another owner's

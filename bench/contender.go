@@ -25,7 +25,7 @@ var contenders = []contenderSpec{
 	// key's Obtain (redlock) in the same cells; only where throughput and
 	// Redis CPU say it (uncontended, 64 goroutines, no added latency).
 	{Name: "redlock-set1", Kind: kindOurs, Color: "#fcbba1", Masters: anyMasters, Clusters: true, Keys: 1, Only: setCells,
-		What: "`redlock.New(masters)`, `ObtainMulti` of a set of 1 key (the set scripts), `Lock.Release`",
+		What: "`redlock.New(masters)`, `ObtainMulti` of a set of 1 key (a lock on that key: `redlock`'s plain SET NX), `Lock.Release`",
 		New:  func() contender { return &redlockContender{keys: 1} }},
 	{Name: "redlock-set2", Kind: kindOurs, Color: "#fc9272", Masters: anyMasters, Clusters: true, Keys: 2, Only: setCells,
 		What: "`ObtainMulti` of a set of 2 keys sharing a hash tag, `Lock.Release`",
