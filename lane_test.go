@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +29,7 @@ type fakeTransport struct {
 	entered chan struct{} // closed when an exec waits on block
 	panics  int           // this many more execs panic
 	resets  int
+	sizes   []int // of every batch
 	closed  bool
 	busy    atomic.Bool // an exec is running: two at once is a bug
 }
@@ -53,6 +56,7 @@ func (f *fakeTransport) exec(batch []*request, _ time.Time) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.sizes = append(f.sizes, len(batch))
 	for _, r := range batch {
 		f.seen = append(f.seen, r.key.(string))
 		r.val, r.err = int64(len(f.seen)), nil
@@ -171,6 +175,78 @@ func TestLaneDeliversEachRequestOnce(t *testing.T) {
 	for k, errs := range tl.delivered {
 		if len(errs) != 1 || errs[0] != nil {
 			t.Fatalf("request %s delivered %d times: %v", k, len(errs), errs)
+		}
+	}
+}
+
+// TestLaneGathersTheNextWave: callers handed their replies at once come
+// back at once with their next requests, and those go out together in one
+// batch, not one caller's alone and the rest a round trip later. With one
+// P the order is fixed: the callers woken while the worker delivers wait
+// in its run queue, and without the worker's yield it takes the queue
+// before they ran.
+func TestLaneGathersTheNextWave(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	tl := newTestLane(t)
+	const callers = 8
+	var wg sync.WaitGroup
+	tl.lane.deliver = func(r *request) {
+		if k := r.key.(string); strings.HasPrefix(k, "first") {
+			wg.Go(func() { // a caller woken by its reply
+				tl.send(tl.req("second"+k[len("first"):], time.Minute), false)
+			})
+		}
+	}
+	entered, release := tl.t.blockNext()
+	tl.send(tl.req("block", time.Minute), false)
+	<-entered
+	for i := range callers {
+		tl.send(tl.req(fmt.Sprint("first", i), time.Minute), false)
+	}
+	release()
+	wg.Wait()
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		tl.t.mu.Lock()
+		sizes := slices.Clone(tl.t.sizes)
+		tl.t.mu.Unlock()
+		if n := len(sizes); n >= 3 && sizes[1] == callers && sizes[2] == callers {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batches %v: want [1 %d %d], the woken callers' next requests in one batch", sizes, callers, callers)
+		}
+	}
+}
+
+// TestLaneDoesNotStallWhileGathering: a batch that overran its stall point
+// has come back; the master answered, so the requests its callers send
+// while the worker yields are queued, not failed as stalled.
+func TestLaneDoesNotStallWhileGathering(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	tl := newTestLane(t)
+	var wg sync.WaitGroup
+	tl.lane.deliver = func(r *request) {
+		k := r.key.(string)
+		tl.mu.Lock()
+		tl.delivered[k] = append(tl.delivered[k], r.err)
+		tl.mu.Unlock()
+		if strings.HasPrefix(k, "slow") {
+			wg.Go(func() { tl.send(tl.req("after"+k, time.Minute), false) })
+		}
+	}
+	entered, release := tl.t.blockNext()
+	tl.send(tl.req("slow1", 20*time.Millisecond), false)
+	tl.send(tl.req("slow2", 20*time.Millisecond), false)
+	<-entered
+	time.Sleep(60 * time.Millisecond) // past the batch's stall point: twice its 20ms
+	release()
+	wg.Wait()
+	tl.await(t, 4)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for _, k := range []string{"afterslow1", "afterslow2"} {
+		if errs := tl.delivered[k]; len(errs) != 1 || errs[0] != nil {
+			t.Errorf("%s, sent as the overdue batch came back: %v, want one success", k, errs)
 		}
 	}
 }
@@ -337,11 +413,10 @@ func TestFrozenMasterQueueStaysBounded(t *testing.T) {
 	}
 	most := 0
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		for _, l := range c.nodes[0].lanes {
-			l.mu.Lock()
-			most = max(most, len(l.queue))
-			l.mu.Unlock()
-		}
+		l := c.nodes[0].lane
+		l.mu.Lock()
+		most = max(most, len(l.queue))
+		l.mu.Unlock()
 	}
 	close(stop)
 	wg.Wait()
@@ -382,7 +457,7 @@ func TestTransportKnowsItsConnection(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ln := c.nodes[0].laneOf(l.op.key)
+	ln := c.nodes[0].lane
 	ln.mu.Lock() // the lane is idle: its transport is ours to read
 	id := ln.t.(*redisTransport).id
 	ln.mu.Unlock()

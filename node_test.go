@@ -2,12 +2,9 @@ package redlock
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // exec runs reqs as one batch on master 0's first lane, as its worker would,
@@ -31,7 +28,7 @@ func execBatch(t *testing.T, c *Client, reqs []op) []error {
 		batch[i] = r
 	}
 	n := c.nodes[0]
-	l := n.lanes[0]
+	l := n.lane
 	l.mu.Lock()
 	for l.running || !l.waiting { // the worker parked: the lane is ours
 		l.mu.Unlock()
@@ -172,41 +169,4 @@ func testOp(kind opKind, key, ckey, token string, ttlMs int64) op {
 		o.retakeBy = time.Now().Add(time.Minute).UnixMilli()
 	}
 	return o
-}
-
-// TestLanesOfOneMaster: a single master gets several lanes (fewer when the
-// client's pool is small, one per master of several), and every request on
-// a key takes the same lane, which keeps one lock's requests in order.
-func TestLanesOfOneMaster(t *testing.T) {
-	for _, tc := range []struct{ masters, pool, lanes int }{
-		{1, 100, 4}, {1, 16, 4}, {1, 8, 2}, {1, 3, 1}, {3, 100, 1},
-	} {
-		var cs []redis.UniversalClient
-		for i := range tc.masters {
-			c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1), PoolSize: tc.pool})
-			t.Cleanup(func() { c.Close() })
-			cs = append(cs, c)
-		}
-		n := newClient(t, cs).nodes[0]
-		if len(n.lanes) != tc.lanes {
-			t.Fatalf("%d masters, pool %d: %d lanes, want %d", tc.masters, tc.pool, len(n.lanes), tc.lanes)
-		}
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: 16})
-	t.Cleanup(func() { rdb.Close() })
-	n := newClient(t, []redis.UniversalClient{rdb}).nodes[0]
-	per := map[*lane]int{}
-	for i := range 1000 {
-		key := any(fmt.Sprint("key-", i))
-		l := n.laneOf(key)
-		if n.laneOf(any(fmt.Sprint("key-", i))) != l {
-			t.Fatalf("key-%d took two lanes", i)
-		}
-		per[l]++
-	}
-	for i, l := range n.lanes {
-		if per[l] < 150 { // 250 expected
-			t.Errorf("lane %d took %d of 1000 keys", i, per[l])
-		}
-	}
 }

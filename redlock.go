@@ -97,11 +97,10 @@ type Client struct {
 //     return at their node timeout, but a frozen master holds its connection
 //     that long, and requests behind it fail at once.
 //   - Connections: the Client keeps one connection of each standalone
-//     master's pool per lane (one lane per master; up to four for a single
-//     master, a quarter of its PoolSize at most) while it uses it: it gives
-//     it back after 15s without requests (1s without the barrier below), and
-//     at once when the pool has no idle connection left. A Cluster master
-//     uses its pool per request.
+//     master's pool while it uses it: it gives it back after 15s without
+//     requests (1s without the barrier below), and at once when the pool
+//     has no idle connection left. A Cluster master uses its pool per
+//     request.
 //   - A read timeout (go-redis's default will do): New refuses a client
 //     with ReadTimeout -1 or -2, which would let a frozen master hold the
 //     Client forever.

@@ -35,7 +35,7 @@ func TestBarrierKillsNoStranger(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ln := c.nodes[0].laneOf(l.op.key)
+	ln := c.nodes[0].lane
 	ln.mu.Lock()
 	old := ln.t.(*redisTransport).id
 	ln.mu.Unlock()
@@ -78,19 +78,16 @@ func TestBarrierKillsNoStranger(t *testing.T) {
 	}
 }
 
-// TestTakeWaitsNoLongerThanItsOwnDeadline: a single master's lanes take
-// their connections one at a time (transport.go take holds the node's
-// takes mutex across CLIENT ID, up to its batch's deadline). On a frozen
-// master, a request with a short node timeout waits behind another lane's
-// take for that other request's longer deadline; run inline (no context
-// Done channel, ContextTimeoutEnabled), the caller's Obtain returns long
-// after its own node timeout.
+// TestTakeWaitsNoLongerThanItsOwnDeadline: on a frozen master, a request
+// with a short node timeout queues behind another's connection take, which
+// waits up to that other request's longer deadline; the caller, who would
+// have run its request inline (no context Done channel,
+// ContextTimeoutEnabled), must still return at its own node timeout.
 func TestTakeWaitsNoLongerThanItsOwnDeadline(t *testing.T) {
 	ctx := context.Background()
 	servers := redistest.Start(t, 1)
 	rdb := servers[0].Client(func(o *redis.Options) {
 		o.ContextTimeoutEnabled = true
-		o.PoolSize = 16 // four lanes
 	})
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -101,19 +98,13 @@ func TestTakeWaitsNoLongerThanItsOwnDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	n := c.nodes[0]
-	long, short := "long", ""
-	for i := 0; short == ""; i++ {
-		if k := "short" + string(rune('a'+i%26)) + string(rune('a'+i/26)); n.laneOf(k) != n.laneOf(long) {
-			short = k
-		}
-	}
+	long, short := "long", "short"
 	if err := servers[0].Stop(); err != nil {
 		t.Fatal(err)
 	}
 	defer servers[0].Cont()
 	go c.Obtain(ctx, long, 10*time.Second) // node timeout 500ms
-	time.Sleep(20 * time.Millisecond)      // its lane is taking a connection
+	time.Sleep(20 * time.Millisecond)      // the lane is taking a connection
 	start := time.Now()
 	_, err = c.Obtain(ctx, short, 100*time.Millisecond) // node timeout 10ms
 	if took := time.Since(start); took > 100*time.Millisecond {
@@ -130,7 +121,7 @@ func TestIdleClientGivesItsConnectionsBack(t *testing.T) {
 	connIdle = 300 * time.Millisecond
 	ctx := context.Background()
 	servers := redistest.Start(t, 1)
-	rdb := servers[0].Client(func(o *redis.Options) { o.PoolSize = 16 }) // four lanes
+	rdb := servers[0].Client(func(o *redis.Options) { o.PoolSize = 16 })
 	defer rdb.Close()
 	c, err := New([]redis.UniversalClient{rdb})
 	if err != nil {
@@ -155,19 +146,14 @@ func TestIdleClientGivesItsConnectionsBack(t *testing.T) {
 	}
 }
 
-// TestLanesOfASlowMasterDoNotQueueForConnections: the lanes of a single
-// master take their connections one at a time, and a lane keeps that turn
-// until its first batch on the connection has come back (transport.go
-// take: "the first batch runs holding the node's dial turn"), even when
-// the pool hands over a connection dialed long ago. Since lanes now give
-// their connection back after 20ms without requests, every burst after a
-// pause runs the lanes' first batches one after another: with a 40ms round
-// trip, a fresh connection (dialed through the slow proxy, identified,
-// put back once and identified again) and a batch cost about 160ms, so a
-// 250ms node timeout lets the first lane's requests through but not the
-// later ones' when lanes take their turns one after another. Lanes now keep
-// an idle connection for connIdle (15s): the test sets it to 20ms to give
-// connections back during the pause, as they were then.
+// TestLanesOfASlowMasterDoNotQueueForConnections: after a pause in which
+// the lane gave its connection back, a burst of requests on a master 40ms
+// away must not miss a 250ms node timeout: a fresh connection (dialed
+// through the slow proxy, identified, put back once and identified again)
+// and a batch cost about 160ms, which leaves no room for taking
+// connections one after another. The lane keeps an idle connection for
+// connIdle (15s): the test sets it to 20ms to give it back during the
+// pause.
 func TestLanesOfASlowMasterDoNotQueueForConnections(t *testing.T) {
 	defer func(d time.Duration) { connIdle = d }(connIdle)
 	connIdle = 20 * time.Millisecond
@@ -181,7 +167,6 @@ func TestLanesOfASlowMasterDoNotQueueForConnections(t *testing.T) {
 	rdb := servers[0].Client(func(o *redis.Options) {
 		o.Addr = p.Addr()
 		o.ContextTimeoutEnabled = true
-		o.PoolSize = 16 // four lanes
 	})
 	defer rdb.Close()
 	c, err := NewSingle(rdb, WithNodeTimeout(250*time.Millisecond))
@@ -208,11 +193,11 @@ func TestLanesOfASlowMasterDoNotQueueForConnections(t *testing.T) {
 		wg.Wait()
 		return failed
 	}
-	if failed := burst(); len(failed) > 0 { // every lane has dialed a connection
+	if failed := burst(); len(failed) > 0 { // the lane has dialed a connection
 		t.Fatal(failed[0])
 	}
 	p.DelayOpen(20*time.Millisecond, 20*time.Millisecond) // a 40ms round trip
-	time.Sleep(100 * time.Millisecond)                    // a pause: the lanes give their connections back
+	time.Sleep(100 * time.Millisecond)                    // a pause: the lane gives its connection back
 	if failed := burst(); len(failed) > 0 {
 		t.Fatalf("%d of 16 Obtain+Release with a 250ms node timeout failed on a healthy master 40ms away; the first: %v", len(failed), failed[0])
 	}

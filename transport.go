@@ -140,7 +140,7 @@ type redisTransport struct {
 	rdb   redis.UniversalClient
 	std   *redis.Client // rdb when it is standalone, else nil (no connection of our own)
 	fresh bool          // every request needs a new command (a sharded client; see request.command)
-	node  *node         // the node's shared state: scripts loaded, the dial turn, the barrier's permission
+	node  *node         // the node's state: scripts loaded, the barrier's permission, the run_id
 	ctx   deadlineCtx   // the running batch's deadline
 
 	conn    *redis.Conn // the lane's own connection (std only)
@@ -506,20 +506,13 @@ func (t *redisTransport) addExtra(c *redis.Cmd) {
 //
 // No lock request goes out before the barrier has run: a fresh connection
 // whose barrier got no answer carried nothing but CLIENT commands, so it
-// goes back to the pool rather than joining the victims. Each lane thus
+// goes back to the pool rather than joining the victims. The lane thus
 // holds at most one connection out of the pool, however long the master
-// stalls; the application's pool never runs dry on the lanes' victims.
+// stalls; the application's pool never runs dry on the lane's victims.
 //
 // ctx's deadline bounds the wait for a connection: go-redis's pool waits
 // until its PoolTimeout or ctx's Done, not ctx's deadline.
 func (t *redisTransport) take(ctx context.Context) error {
-	held, err := t.node.dialTurn(ctx)
-	if err != nil {
-		return err
-	}
-	if held {
-		defer t.node.dialDone()
-	}
 	at, _ := ctx.Deadline()
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), at)
 	defer cancel()
@@ -556,7 +549,6 @@ func (t *redisTransport) take(ctx context.Context) error {
 		t.local, id = true, 0
 	}
 	taken = true
-	t.node.dialed.Store(true)
 	t.conn, t.pipe, t.took, t.id, t.addr, t.batches = c, c.Pipeline(), time.Now(), id, addr, 0
 	return nil
 }
