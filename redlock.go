@@ -22,6 +22,8 @@
 //     within the TTL; [Lock.Extend] to ask for more time by hand.
 //   - [Lock.KeepAlive] when the lock outlives a function call (a leader that
 //     holds it until shutdown): stop it, then Release.
+//   - [Client.ObtainMulti] and [Client.DoMulti] for several keys at once,
+//     all or none (the two accounts of a transfer).
 //   - [Client.Attach] to take over a lock held under a token elsewhere;
 //     [Client.Inspect] to see who holds a key.
 //
