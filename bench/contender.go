@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,18 +26,10 @@ var contenders = []contenderSpec{
 	// key's Obtain (redlock) in the same cells; only where throughput and
 	// Redis CPU say it (uncontended, 64 goroutines, no added latency, no
 	// Cluster: the smoke run stays short).
-	{Name: "redlock-set1", Kind: kindOurs, Color: "#fcbba1", Masters: anyMasters, Keys: 1, Only: setCells,
-		What: "`redlock.New(masters)`, `ObtainMulti` of a set of 1 key (a lock on that key: `redlock`'s plain SET NX), `Lock.Release`",
-		New:  func() contender { return &redlockContender{keys: 1} }},
-	{Name: "redlock-set2", Kind: kindOurs, Color: "#fc9272", Masters: anyMasters, Keys: 2, Only: setCells,
-		What: "`ObtainMulti` of a set of 2 keys sharing a hash tag, `Lock.Release`",
-		New:  func() contender { return &redlockContender{keys: 2} }},
-	{Name: "redlock-set4", Kind: kindOurs, Color: "#ef3b2c", Masters: anyMasters, Keys: 4, Only: setCells,
-		What: "`ObtainMulti` of a set of 4 keys sharing a hash tag, `Lock.Release`",
-		New:  func() contender { return &redlockContender{keys: 4} }},
-	{Name: "redlock-set8", Kind: kindOurs, Color: "#a50f15", Masters: anyMasters, Keys: 8, Only: setCells,
-		What: "`ObtainMulti` of a set of 8 keys sharing a hash tag, `Lock.Release`",
-		New:  func() contender { return &redlockContender{keys: 8} }},
+	setContender(1, "#fcbba1", "`redlock.New(masters)`, `ObtainMulti` of a set of 1 key (a lock on that key: `redlock`'s plain SET NX), `Lock.Release`"),
+	setContender(2, "#fc9272", "`ObtainMulti` of a set of 2 keys sharing a hash tag, `Lock.Release`"),
+	setContender(4, "#ef3b2c", "`ObtainMulti` of a set of 4 keys sharing a hash tag, `Lock.Release`"),
+	setContender(8, "#a50f15", "`ObtainMulti` of a set of 8 keys sharing a hash tag, `Lock.Release`"),
 	{Name: "goredis-autopipeline", Kind: kindBaseline, Color: "#9467bd", Masters: anyMasters, Clusters: true,
 		What: "a Redlock of about 100 lines on go-redis's own automatic pipelining (`AsyncAutoPipeline`, experimental): SET NX PX on every master through one autopipeliner per master, wait for every reply, quorum and validity check, EVALSHA compare-and-delete to release. No per-request deadline: it waits for the slowest master",
 		New:  func() contender { return &autopipeContender{} }},
@@ -84,6 +77,12 @@ func (s contenderSpec) supports(c cell) bool {
 		return false
 	}
 	return s.Masters(c.N)
+}
+
+// setContender is redlock locking sets of k keys with ObtainMulti.
+func setContender(k int, color, what string) contenderSpec {
+	return contenderSpec{Name: fmt.Sprintf("redlock-set%d", k), Kind: kindOurs, Color: color, Masters: anyMasters, Keys: k, Only: setCells,
+		What: what, New: func() contender { return &redlockContender{keys: k} }}
 }
 
 // setCells are the cells of the set contenders: uncontended, 64
