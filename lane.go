@@ -72,6 +72,7 @@ type lane struct {
 	stalled time.Time // from then on the batch in flight is overdue: twice its deadline's span
 	waiting bool      // the worker is parked
 	closed  bool
+	exited  bool        // the worker took the kept Releases for the last time
 	kept    []op        // Releases failed before they were sent, for the transport
 	ticking *time.Timer // the next tick, while the transport wants ticks
 	poked   bool        // a tick is due
@@ -100,19 +101,33 @@ func (e errPanicked) Error() string {
 // send queues r, or sends it at once on the caller's goroutine when inline
 // is set and the lane is idle. The lane owns r from here on.
 func (l *lane) send(r *request, inline bool) {
+	if !l.trySend(r, inline) {
+		l.fail(r, ErrClosed)
+	}
+}
+
+// trySend is send, but leaves r to the caller when the lane is closed;
+// except a Release nobody waits for (a failed attempt's undo, sent when a
+// late answer came), which a closing lane keeps for the last sending of
+// its kept Releases, as it sends what was queued before it closed.
+func (l *lane) trySend(r *request, inline bool) bool {
 	l.mu.Lock()
 	switch {
-	case l.closed:
+	case l.closed && r.rd == nil && r.kind == opRelease && !l.exited && len(l.kept) < maxPending:
+		l.kept = append(l.kept, r.op)
 		l.mu.Unlock()
 		l.fail(r, ErrClosed)
-		return
+		return true
+	case l.closed:
+		l.mu.Unlock()
+		return false
 	case l.running && !time.Now().Before(l.stalled):
 		if r.kind == opRelease && len(l.kept) < maxPending {
 			l.kept = append(l.kept, r.op)
 		}
 		l.mu.Unlock()
 		l.fail(r, errStalled)
-		return
+		return true
 	case inline && !l.running && len(l.queue) == 0:
 		l.running, l.stalled = true, stallAt(time.Now(), r.deadline)
 		l.mu.Unlock()
@@ -125,13 +140,14 @@ func (l *lane) send(r *request, inline bool) {
 			l.cond.Signal()
 		}
 		l.mu.Unlock()
-		return
+		return true
 	}
 	l.queue = append(l.queue, r)
 	if !l.running && l.waiting {
 		l.cond.Signal()
 	}
 	l.mu.Unlock()
+	return true
 }
 
 func (l *lane) fail(r *request, err error) {
@@ -139,15 +155,31 @@ func (l *lane) fail(r *request, err error) {
 	l.deliver(r)
 }
 
+// retire closes the lane if it has nothing to send: nothing queued or in
+// flight, no kept Release. It reports whether the lane is closed.
+func (l *lane) retire() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed && (l.running || len(l.queue) > 0 || len(l.kept) > 0) {
+		return false
+	}
+	l.closeLocked()
+	return true
+}
+
 // close makes the worker exit once the queue is empty.
 func (l *lane) close() {
 	l.mu.Lock()
+	l.closeLocked()
+	l.mu.Unlock()
+}
+
+func (l *lane) closeLocked() {
 	l.closed = true
 	if l.ticking != nil {
 		l.ticking.Stop()
 	}
 	l.cond.Broadcast()
-	l.mu.Unlock()
 }
 
 // armTick schedules a tick, unless one is scheduled; with l.mu held.
@@ -179,6 +211,7 @@ func (l *lane) work(wg *sync.WaitGroup) {
 		}
 		if len(l.queue) == 0 && l.closed {
 			kept := l.takeKept()
+			l.exited = true
 			l.mu.Unlock()
 			l.shut(kept)
 			return

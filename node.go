@@ -25,9 +25,13 @@ type node struct {
 	down atomic.Bool // the master stopped answering (kept with an Observer only)
 	wg   *sync.WaitGroup
 
-	// A Cluster master's lanes, one per shard (shards.go).
-	cluster *redis.ClusterClient
-	shards  shardLanes
+	// A Cluster master's lanes, one per shard, once its slot map is
+	// loaded (shards.go).
+	cluster    *redis.ClusterClient
+	slotsKnown atomic.Bool
+	shards     shardLanes
+
+	resends bool // the client may send a command more than once itself (resending)
 
 	// WithReplicaAcks: replicas that must acknowledge a grant (0: none, no
 	// WAIT is ever sent), boxed once for the WAIT's argument, and how long
@@ -87,6 +91,7 @@ func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, r
 	// of one run to the next.
 	// A Cluster master gets a lane per shard besides (shards.go).
 	n.cluster, _ = rdb.(*redis.ClusterClient)
+	n.resends = resending(rdb)
 	n.wg = wg
 	n.lane = n.newLane()
 	return n
@@ -106,6 +111,21 @@ func (n *node) newLane() *lane {
 // killAllowed reports whether the master lets this client kill
 // connections (the barrier; see transport.go).
 func (n *node) killAllowed() bool { return n.killKnown.Load() == 1 }
+
+// resending reports whether rdb may send a command again by itself after a
+// failure: go-redis retries and, on a Cluster, follows redirects and retries
+// on another node. (Options holds them as go-redis set them up: -1, "none",
+// is 0 there, and a Cluster's MaxRetries none is -1.)
+func resending(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().MaxRetries > 0
+	case *redis.ClusterClient:
+		o := c.Options()
+		return o.MaxRetries > 0 || o.MaxRedirects > 0
+	}
+	return true
+}
 
 // boundedByDeadline reports whether rdb bounds a socket read by the
 // request's deadline (ContextTimeoutEnabled). Only then may a request run on
@@ -127,7 +147,17 @@ func boundedByDeadline(rdb redis.UniversalClient) bool {
 // could end sooner than its deadline) and the node's client bounds reads by
 // that deadline.
 func (n *node) send(r *request) {
-	n.laneFor(r).send(r, n.inl && r.inline)
+	for {
+		l := n.laneFor(r)
+		if l.trySend(r, n.inl && r.inline) {
+			return
+		}
+		if l == n.lane { // the Client is closing
+			l.fail(r, ErrClosed)
+			return
+		}
+		// a shard lane that ended (shards.go): take the shard's lane again
+	}
 }
 
 func (n *node) close() {
@@ -148,12 +178,38 @@ var (
 func (n *node) deliver(r *request) {
 	if rd := r.rd; rd != nil {
 		rd.replies <- reply{idx: r.idx, val: r.val, err: r.err}
+		if r.idx < 64 && rd.undoing.Load() && n.undoNeeded(r.err) && rd.claim(r.idx) {
+			n.sendUndo(rd, r.idx) // its caller has given up on this answer
+		}
 		rd.unref()
 	}
 	r.op, r.cmd, r.rd, r.val, r.err = op{}, nil, nil, 0, nil
 	r.acked, r.ackMs, r.ackErr = 0, 0, nil
 	clear(r.argv[:]) // the commands keep r.argv as their arguments
 	n.reqs.Put(r)
+}
+
+// undoNeeded reports whether a failed attempt's acquire that got err may
+// have left its key on the master: not when the master refused (another
+// owner holds the key), unless the client may have sent the command more
+// than once itself (go-redis retries, Cluster redirects: our own first SET
+// refuses the second), and not when the acquire was never sent.
+func (n *node) undoNeeded(err error) bool {
+	switch err {
+	case ErrTaken:
+		return n.resends
+	case errStalled, errQueued, errSkipped, ErrClosed:
+		return false
+	}
+	return true
+}
+
+// sendUndo sends rd's undo to master i, on a deadline of its own.
+func (n *node) sendUndo(rd *round, i int) {
+	r := n.reqs.Get().(*request)
+	r.op, r.idx = rd.undoOp, i
+	r.deadline = time.Now().Add(rd.undoTimeout)
+	n.send(r)
 }
 
 // addrOf names a master in errors by the address its client knows.

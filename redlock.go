@@ -474,30 +474,55 @@ type boxedTTL struct {
 }
 
 // undo releases a failed attempt's key on every master that did not answer
-// "held by another owner": those that agreed, and the silent ones whose SET
-// may have landed or may land late. It waits only for the masters that
-// answered the attempt, which are alive; the others' releases finish in the
-// background.
+// "held by another owner": those that agreed, and those whose fate is
+// unknown (a timeout, an error), whose SET may have landed or may land late.
+// It waits only for the masters that agreed, which are alive; the others'
+// releases finish in the background.
+//
+// A master that had not answered when the caller decided (a round decides
+// at its quorum) gets its Release when its answer comes, from the node that
+// delivers it, and none when that answer is a refusal: in a contended round
+// most late answers are refusals, and a Release sent blindly to each would
+// cost those masters a script per refused attempt.
+// (TestUndoWaitsForTheLateAnswer)
 func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.Duration) {
 	o := acquire.with(opRelease, nil, 0)
 	o.deadline, o.vals = time.Now().Add(timeout), ctx
 	if ms, ok := acquire.ttl.(int64); ok { // a kept undo is pointless once the key expired
 		o.stale = o.deadline.Add(2 * time.Duration(ms) * time.Millisecond)
 	}
+	rd.undoOp, rd.undoTimeout = o, timeout
+	rd.undoing.Store(true) // from here on, a node that delivers an answer may send its undo
 	wait := c.round()
 	defer wait.done()
 	n := 0
+	for len(rd.replies) > 0 { // answers that came after the decision: the caller's, not in its outcome
+		r := <-rd.replies
+		n += c.undoOn(rd, r.idx, r.err, &o, wait)
+	}
 	for i := range c.nodes {
-		switch err := rd.nodes[i].Err; {
-		case err == ErrTaken:
-		case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
-			c.send(i, &o, wait)
-			n++
-		default:
-			c.send(i, &o, nil)
+		if i < 64 && rd.answered&bit(i) == 0 {
+			continue // its node sends the undo when the answer comes, if needed
 		}
+		n += c.undoOn(rd, i, rd.nodes[i].Err, &o, wait)
 	}
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
+}
+
+// undoOn sends the undo o to master i, whose answer to the attempt was err,
+// unless it is not needed or someone else sends it; it returns 1 when the
+// caller waits for it on wait.
+func (c *Client) undoOn(rd *round, i int, err error, o *op, wait *round) int {
+	switch {
+	case !c.nodes[i].undoNeeded(err):
+	case i < 64 && !rd.claim(i):
+	case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
+		c.send(i, o, wait)
+		return 1
+	default:
+		c.send(i, o, nil)
+	}
+	return 0
 }
 
 // ranWithoutAcks reports whether err is a master's grant that too few

@@ -24,6 +24,18 @@ type round struct {
 	nodes               []NodeError // Err nil: agreed; errNoReply: not answered (yet)
 	vals                []int64     // fence counters of a fenced acquire
 	ok, refused, failed int
+	answered            uint64 // bit i: master i's reply was read
+
+	// A failed attempt's undo (Client.undo), for the masters that had not
+	// answered when its caller decided: the node that delivers such a
+	// master's reply sends undoOp (a Release) there, unless the reply says
+	// another owner holds the key. claimed has bit i once master i's undo
+	// is someone's to send: the caller's or the delivering node's, never
+	// both.
+	undoing     atomic.Bool
+	claimed     atomic.Uint64
+	undoOp      op
+	undoTimeout time.Duration
 }
 
 type reply struct {
@@ -36,7 +48,10 @@ type reply struct {
 func (c *Client) round() *round {
 	rd := c.rounds.Get().(*round)
 	rd.refs.Store(1)
-	rd.ok, rd.refused, rd.failed = 0, 0, 0
+	rd.ok, rd.refused, rd.failed, rd.answered = 0, 0, 0, 0
+	rd.undoing.Store(false)
+	rd.claimed.Store(0)
+	rd.undoOp = op{}
 	for i, n := range c.nodes {
 		rd.nodes[i] = NodeError{Addr: n.addr, Err: errNoReply}
 		rd.vals[i] = 0
@@ -149,15 +164,36 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 		if r.err == errSkipped { // dropped because ctx ended: say why
 			r.err = fmt.Errorf("%w (%w)", errNoReply, context.Cause(ctx))
 		}
-		rd.nodes[r.idx].Err = r.err
-		rd.vals[r.idx] = r.val
-		switch r.err {
-		case nil:
-			rd.ok++
-		case ErrTaken, errAbsent:
-			rd.refused++
-		default:
-			rd.failed++
+		rd.record(r)
+	}
+}
+
+// record counts r in rd's outcome.
+func (rd *round) record(r reply) {
+	rd.nodes[r.idx].Err = r.err
+	rd.vals[r.idx] = r.val
+	rd.answered |= bit(r.idx)
+	switch r.err {
+	case nil:
+		rd.ok++
+	case ErrTaken, errAbsent:
+		rd.refused++
+	default:
+		rd.failed++
+	}
+}
+
+// claim reports whether the undo on master i is the caller's to send: no
+// one claimed it before.
+func (rd *round) claim(i int) bool {
+	b := bit(i)
+	for {
+		c := rd.claimed.Load()
+		if c&b != 0 {
+			return false
+		}
+		if rd.claimed.CompareAndSwap(c, c|b) {
+			return true
 		}
 	}
 }

@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A Cluster master sends each request on the lane of the shard that serves
@@ -13,6 +11,20 @@ import (
 // then the lane would fail them as stalled, so one frozen shard would make
 // the whole Cluster unavailable to the lock. (TestQuorumOverIndependentClusters)
 //
+// The shard of a key comes from go-redis's slot map, and only once the
+// node's own lane has had an answer, so the map is loaded: loading it runs
+// commands (CLUSTER SLOTS, with their hooks and their timeouts), which must
+// not run on the caller's goroutine, where they would hold the caller past
+// its deadline and its other masters' requests behind it, and a hook's panic
+// would escape. Until then every request takes the node's lane, where a
+// batch loads the map under the lane's rules. (TestColdFrozenClusterDoesNotTakeTheQuorumDown,
+// TestColdFrozenClusterHoldsNoCallerPastItsContext,
+// TestPanickingHookOnAColdClusterDoesNotPanicTheCaller)
+//
+// A shard's address changes (a failover, a restarted pod): when a lane is
+// made for a new address, the lanes whose last key is now served elsewhere
+// end, once they have nothing to send. (TestShardLanesOfGoneAddressesEnd)
+//
 // A key's requests keep their order as long as its slot stays on its
 // shard. While a slot moves, a request may take the new shard's lane while
 // an earlier one is still in the old one's batch; a Cluster master has no
@@ -21,41 +33,58 @@ import (
 // its deadline, a late acquire keeps a released key until its TTL.
 type shardLanes struct {
 	mu     sync.Mutex
-	lanes  map[string]*lane // by the shard's address
+	lanes  map[string]*shardLane // by the shard's address
 	closed bool
 }
 
-// laneFor returns the lane of r: the shard's on a Cluster master, else the
-// node's. A key whose shard is not known (no slot map yet, none loaded in
-// time) takes the node's lane, where its request meets the same failure.
+type shardLane struct {
+	*lane
+	key string // the last key sent on it
+}
+
+// laneFor returns the lane of r: the shard's on a Cluster master whose slot
+// map is loaded, else the node's.
 func (n *node) laneFor(r *request) *lane {
-	if n.cluster == nil {
+	if n.cluster == nil || !n.slotsKnown.Load() {
 		return n.lane
 	}
-	m, err := n.cluster.MasterForKey(&deadlineCtx{at: r.deadline}, r.key.(string))
+	key := r.key.(string)
+	m, err := n.cluster.MasterForKey(&deadlineCtx{at: r.deadline}, key) // the map is loaded: no command runs
 	if err != nil {
 		return n.lane
 	}
-	return n.shardLane(m)
+	return n.shardLane(m.Options().Addr, key)
 }
 
-func (n *node) shardLane(m *redis.Client) *lane {
-	addr := m.Options().Addr
+func (n *node) shardLane(addr, key string) *lane {
 	s := &n.shards
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return n.lane // closed: the request fails with ErrClosed
 	}
-	l := s.lanes[addr]
-	if l == nil {
+	sl := s.lanes[addr]
+	if sl == nil {
+		n.retireGoneShards()
 		if s.lanes == nil {
-			s.lanes = map[string]*lane{}
+			s.lanes = map[string]*shardLane{}
 		}
-		l = n.newLane()
-		s.lanes[addr] = l
+		sl = &shardLane{lane: n.newLane()}
+		s.lanes[addr] = sl
 	}
-	return l
+	sl.key = key
+	return sl.lane
+}
+
+// retireGoneShards ends the lanes whose last key another address serves
+// now, if they have nothing to send; with n.shards.mu held.
+func (n *node) retireGoneShards() {
+	for addr, sl := range n.shards.lanes {
+		m, err := n.cluster.MasterForKey(&deadlineCtx{}, sl.key)
+		if err == nil && m.Options().Addr != addr && sl.retire() {
+			delete(n.shards.lanes, addr)
+		}
+	}
 }
 
 func (n *node) closeShards() {
@@ -63,7 +92,7 @@ func (n *node) closeShards() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for _, l := range s.lanes {
-		l.close()
+	for _, sl := range s.lanes {
+		sl.close()
 	}
 }

@@ -177,7 +177,7 @@ func TestClusterMasterSendsItsKeptReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := c.nodes[0]
-	other := "other" // the same lane: a master has one
+	other := "other" // one shard: the same lane
 	if err := rc.Servers[0].Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +190,11 @@ func TestClusterMasterSendsItsKeptReleases(t *testing.T) {
 	if err := rc.Servers[0].Cont(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // the master answers again; the lane is idle
-	ln := n.lane
+	time.Sleep(time.Second)                                                                 // the master answers again; the lane is idle
+	ln := n.laneFor(&request{op: op{key: l.op.key, deadline: time.Now().Add(time.Second)}}) // the shard's
+	if ln == n.lane {
+		t.Fatal("the key's requests take the node's lane, not its shard's")
+	}
 	ln.mu.Lock()
 	ticking := ln.ticking != nil
 	ln.mu.Unlock()

@@ -783,6 +783,7 @@ func (t *redisTransport) sendShared(ctx context.Context, batch []*request, load 
 	if load {
 		t.loadScripts(cctx) // a Cluster: SCRIPT LOAD goes to every shard
 	}
+	defer t.sawSlots(batch)
 	if len(batch) == 1 {
 		_ = t.rdb.Process(cctx, batch[0].cmd)
 		return
@@ -796,6 +797,22 @@ func (t *redisTransport) sendShared(ctx context.Context, batch []*request, load 
 	stamp(t.cmds, err)
 	clear(t.cmds)
 	t.cmds = t.cmds[:0]
+}
+
+// sawSlots notes, on a Cluster master, that go-redis has its slot map once
+// a command of batch was answered: the shards' lanes may be used
+// (shards.go).
+func (t *redisTransport) sawSlots(batch []*request) {
+	n := t.node
+	if n.cluster == nil || n.slotsKnown.Load() {
+		return
+	}
+	for _, r := range batch {
+		if r.cmd != nil && answered(r.cmd.Err()) {
+			n.slotsKnown.Store(true)
+			return
+		}
+	}
 }
 
 // sendPendingShared sends the kept Releases of a Cluster master through its
