@@ -276,7 +276,7 @@ return redis.call('INCR', KEYS[2])
 var acquireSetScript = newScript(`local n = tonumber(ARGV[2])
 local mine = 0
 for i = 1, n do
-	local v = redis.call('GET', KEYS[i])
+	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
 	if v == ARGV[1] then
 		mine = mine + 1
 	elseif v then
@@ -315,7 +315,7 @@ for i = 1, n do
 end
 return top
 `,
-	"fdaef4fcf3e758d25599d62f6ffed0261c94b9c3")
+	"67d7658ff9753955680547471ebcf2c0272ed836")
 
 // raiseSetScript is raiseScript for a set: it raises every key's counter to
 // the lock's fence, if every key of the set is still ours on this master.
@@ -361,7 +361,7 @@ return 1
 var extendSetScript = newScript(`local n = tonumber(ARGV[2])
 local gone = {}
 for i = 1, n do
-	local v = redis.call('GET', KEYS[i])
+	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
 	if v == false then
 		gone[i] = true
 	elseif v ~= ARGV[1] then
@@ -389,7 +389,7 @@ if next(gone) then
 end
 return 1
 `,
-	"cde95a1527cec68b89a5021c0c309189fef82119")
+	"595edad7a35aa00fea520d95c027e09892377581")
 
 // releaseSetScript is releaseScript (and keepScript) for a set: it deletes
 // every key that still holds our token, and never another owner's; with
@@ -404,7 +404,7 @@ return 1
 //	            or kept either way)
 var releaseSetScript = newScript(`local other, gone = false, false
 for i = 1, #KEYS do
-	local v = redis.call('GET', KEYS[i])
+	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
 	if v == ARGV[1] then
 		if ARGV[2] then
 			redis.call('PEXPIRE', KEYS[i], ARGV[2])
@@ -425,4 +425,4 @@ if gone then
 end
 return 1
 `,
-	"773a19335a08db2e76810d16223c2b62c381a4f3")
+	"e26539cf1f5410a3750e8a08915325355d233d50")
