@@ -498,23 +498,23 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 	n := 0
 	for len(rd.replies) > 0 { // answers that came after the decision: the caller's, not in its outcome
 		r := <-rd.replies
-		n += c.undoOn(rd, r.idx, r.err, &o, wait)
+		n += c.undoOn(rd, r.idx, r.err, true, &o, wait)
 	}
 	for i := range c.nodes {
 		if i < 64 && rd.answered&bit(i) == 0 {
 			continue // its node sends the undo when the answer comes, if needed
 		}
-		n += c.undoOn(rd, i, rd.nodes[i].Err, &o, wait)
+		n += c.undoOn(rd, i, rd.nodes[i].Err, false, &o, wait)
 	}
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
 }
 
-// undoOn sends the undo o to master i, whose answer to the attempt was err,
-// unless it is not needed or someone else sends it; it returns 1 when the
-// caller waits for it on wait.
-func (c *Client) undoOn(rd *round, i int, err error, o *op, wait *round) int {
+// undoOn sends the undo o to master i, whose answer to the attempt was err
+// (late: after the round decided), unless it is not needed or someone else
+// sends it; it returns 1 when the caller waits for it on wait.
+func (c *Client) undoOn(rd *round, i int, err error, late bool, o *op, wait *round) int {
 	switch {
-	case !c.nodes[i].undoNeeded(err):
+	case !c.nodes[i].undoNeeded(err, late):
 	case i < 64 && !rd.claim(i):
 	case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
 		c.send(i, o, wait)
