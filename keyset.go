@@ -8,8 +8,9 @@ package redlock
 // Each request of such a lock is one script on the whole set (scripts.go:
 // acquireSetScript, raiseSetScript, extendSetScript, releaseSetScript), so a
 // master holds all of a set's keys for one owner, or none of them. The
-// lock's op keeps the set's first key as its key, which picks the lane
-// (node.laneOf): one lock's requests keep their order, as a single key's do.
+// lock's op keeps the set's first key as its key, which picks a Cluster
+// master's shard (shards.go): one lock's requests keep their order, as a
+// single key's do.
 type keySet struct {
 	names []string // as the caller named them, duplicates dropped, first occurrence first
 	keys  []any    // the lock keys in Redis (prefix applied), strings

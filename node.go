@@ -178,7 +178,7 @@ var (
 func (n *node) deliver(r *request) {
 	if rd := r.rd; rd != nil {
 		rd.replies <- reply{idx: r.idx, val: r.val, err: r.err}
-		if r.idx < 64 && rd.undoing.Load() && n.undoNeeded(r.err, true) && rd.claim(r.idx) {
+		if rd.undoing.Load() && n.undoNeeded(r.err, true) && rd.claim(r.idx) {
 			n.sendUndo(rd, r.idx) // its caller has given up on this answer
 		}
 		rd.unref()

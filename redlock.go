@@ -122,6 +122,9 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if len(masters) == 0 {
 		return nil, invalid("no masters")
 	}
+	if len(masters) > maxMasters {
+		return nil, invalid("%d masters: at most %d (a quorum lock runs on 3, 5 or 7)", len(masters), maxMasters)
+	}
 	for i, m := range masters {
 		if m == nil {
 			return nil, invalid("master %d is nil", i)
@@ -501,7 +504,7 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 		n += c.undoOn(rd, r.idx, r.err, true, &o, wait)
 	}
 	for i := range c.nodes {
-		if i < 64 && rd.answered&bit(i) == 0 {
+		if rd.answered&bit(i) == 0 {
 			continue // its node sends the undo when the answer comes, if needed
 		}
 		n += c.undoOn(rd, i, rd.nodes[i].Err, false, &o, wait)
@@ -515,7 +518,7 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 func (c *Client) undoOn(rd *round, i int, err error, late bool, o *op, wait *round) int {
 	switch {
 	case !c.nodes[i].undoNeeded(err, late):
-	case i < 64 && !rd.claim(i):
+	case !rd.claim(i):
 	case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
 		c.send(i, o, wait)
 		return 1

@@ -62,8 +62,12 @@ type op struct {
 	set *keySet
 }
 
-// bit is master i's bit in a mask of masters; 0 past the 64th, which is
-// then never counted as reached by an earlier Release.
+// maxMasters is the most masters a Client takes: each has a bit in a
+// uint64 mask (bit).
+const maxMasters = 64
+
+// bit is master i's bit in a mask of masters; 0 past the 64th, which New
+// refuses.
 func bit(i int) uint64 {
 	if i >= 64 {
 		return 0
