@@ -21,11 +21,33 @@ import (
 // than N - quorum masters), and one matching [ErrUnavailable] when too few
 // masters answered. The original handle, if it still exists, holds the
 // same lock: keep one of them renewing it.
+//
+// A lock on several keys ([Client.ObtainMulti]) is attached with
+// [Client.AttachMulti] and its whole set: Attach of its first key alone
+// would renew that key only, and the others would expire while the handle
+// still counted on them.
 func (c *Client) Attach(ctx context.Context, key, token string, ttl time.Duration, fence int64) (*Lock, error) {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
 		return nil, err
 	}
+	return c.attach(ctx, key, nil, token, ttl, fence)
+}
+
+// AttachMulti is [Client.Attach] for a lock on several keys: keys is the
+// set given to [Client.ObtainMulti] (its [Lock.Keys]), checked as
+// ObtainMulti checks it; the handle confirms, extends and releases every
+// key of the set, owner-checked key by key, as the original handle does.
+func (c *Client) AttachMulti(ctx context.Context, keys []string, token string, ttl time.Duration, fence int64) (*Lock, error) {
+	key, set, ttl, err := c.checkSet(ctx, keys, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return c.attach(ctx, key, set, token, ttl, fence)
+}
+
+// attach is Attach after validation, for a key or a set.
+func (c *Client) attach(ctx context.Context, key string, set *keySet, token string, ttl time.Duration, fence int64) (*Lock, error) {
 	if token == "" {
 		return nil, invalid("empty token")
 	}
@@ -40,6 +62,9 @@ func (c *Client) Attach(ctx context.Context, key, token string, ttl time.Duratio
 	l := &Lock{c: c, key: key, token: token, fence: fence, obtained: start}
 	l.ttl.Store(int64(ttl))
 	l.op = c.newOp(opAcquire, full, ckey, token)
+	if set != nil {
+		l.op = set.acquire(token, nil)
+	}
 	o := l.op.with(opExtend, c.boxTTL(ttl), fence)
 	o.retakeBy = int64(0) // never: the master's clock is always past it
 	timeout := c.cfg.timeout(ttl)

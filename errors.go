@@ -96,13 +96,21 @@ func (e *ReplicaError) Unwrap() error { return e.Err }
 type NodeError struct {
 	Addr string // the master's address as its client knows it, else "master[i]"
 	Err  error  // nil when this master agreed
+	// Key, for a lock on two or more keys ([Client.ObtainMulti]) that this
+	// master refused (Err is ErrTaken), is the key of the set it found
+	// held by another owner, as the caller named it; else "".
+	Key string
 }
 
 func (e NodeError) String() string {
 	if e.Err == nil {
 		return e.Addr + ": ok"
 	}
-	return e.Addr + ": " + strings.TrimPrefix(e.Err.Error(), "redlock: ")
+	s := e.Addr + ": " + strings.TrimPrefix(e.Err.Error(), "redlock: ")
+	if e.Key != "" {
+		s += fmt.Sprintf(" (key %q)", e.Key)
+	}
+	return s
 }
 
 // A QuorumError reports, master by master, an operation that missed its

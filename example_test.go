@@ -282,6 +282,81 @@ func ExampleLock_Do() {
 	// balance 90 written by the next holder: true
 }
 
+// Move money between two accounts: lock both at once, all or none. A
+// transfer the other way at the same moment locks the same two keys in
+// the other order; neither can hold one key while it waits for the other,
+// so they take turns and never deadlock. With fencing, each account's
+// resource checks the lock's one fence, as for a lock on that account
+// alone.
+func ExampleClient_ObtainMulti() {
+	rdbs, stop := masters(3)
+	defer stop()
+	locker := newLocker(rdbs, redlock.WithFencing(), redlock.WithKeyPrefix("lock:"))
+	defer locker.Close()
+	ctx := context.Background()
+	resource := rdbs[0] // where the accounts live
+
+	// On a Redis Cluster the keys must share a hash slot: {bank}:... do.
+	from, to := "{bank}:account:7", "{bank}:account:42"
+	lock, err := locker.ObtainMulti(ctx, []string{from, to}, 10*time.Second,
+		redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = lock.Do(ctx, func(ctx context.Context) error { // renewed while it runs, released after
+		if err := redlock.FencedWrite(ctx, resource, from+":balance", lock.Fence(), "70"); err != nil {
+			return err
+		}
+		return redlock.FencedWrite(ctx, resource, to+":balance", lock.Fence(), "130")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("keys held:", lock.Keys())
+
+	// Another owner holds one account: the set is refused, and the error
+	// names the key that blocked it.
+	other, err := locker.Obtain(ctx, to, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = locker.ObtainMulti(ctx, []string{"{bank}:account:9", to}, 10*time.Second)
+	var qe *redlock.QuorumError
+	if errors.Is(err, redlock.ErrTaken) && errors.As(err, &qe) {
+		for _, n := range qe.Nodes { // the masters that answered before the outcome was known
+			if n.Key != "" {
+				fmt.Println("held by another owner:", n.Key)
+				break
+			}
+		}
+	}
+	// The lone holder of account 42 got a higher fence than the transfer.
+	fmt.Println("fence above the transfer's:", other.Fence() > lock.Fence())
+	// Output:
+	// keys held: [{bank}:account:7 {bank}:account:42]
+	// held by another owner: {bank}:account:42
+	// fence above the transfer's: true
+}
+
+// DoMulti is Do for a set of keys: a job that touches a fixed set of
+// resources runs while it holds them all.
+func ExampleClient_DoMulti() {
+	rdbs, stop := masters(3)
+	defer stop()
+	locker := newLocker(rdbs)
+	defer locker.Close()
+	ctx := context.Background()
+	err := locker.DoMulti(ctx, []string{"printer:1", "printer:2", "scanner"}, 10*time.Second, func(ctx context.Context) error {
+		fmt.Println("holding every device of the job")
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// holding every device of the job
+}
+
 // KeepAlive renews a lock that outlives one function call, until stop.
 func ExampleLock_KeepAlive() {
 	rdbs, stop := masters(3)

@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-// A Lock is a held lock, returned by [Client.Obtain]. It is safe for
+// A Lock is a held lock, returned by [Client.Obtain] (or, on several keys
+// at once, [Client.ObtainMulti]). It is safe for
 // concurrent use: Extend from one goroutine while another calls Release,
 // for example. Extend and Release on one Lock run one at a time.
 type Lock struct {
@@ -89,7 +90,7 @@ func (l *Lock) setUntil(until int64) {
 }
 
 // Key returns the key the lock was obtained for, without the client's
-// prefix.
+// prefix; for a lock on several keys, the first of them (see [Lock.Keys]).
 func (l *Lock) Key() string { return l.key }
 
 // Token returns the lock's owner identity, 128 random bits from crypto/rand
@@ -102,7 +103,8 @@ func (l *Lock) Token() string { return l.token }
 // strictly greater than every earlier holder's, also while a minority of
 // masters is down, slow or frozen. Pass it to the resource with every write
 // and let the resource refuse a fence lower than one it has seen (see
-// [FencedWrite]).
+// [FencedWrite]). A lock on several keys has one fence that holds so for
+// each of its keys (see [Client.ObtainMulti]).
 func (l *Lock) Fence() int64 { return l.fence }
 
 // Validity returns how long the lock is still held for sure: its TTL minus

@@ -178,7 +178,7 @@ var (
 func (n *node) deliver(r *request) {
 	if rd := r.rd; rd != nil {
 		rd.replies <- reply{idx: r.idx, val: r.val, err: r.err}
-		if r.idx < 64 && rd.undoing.Load() && n.undoNeeded(r.err) && rd.claim(r.idx) {
+		if rd.undoing.Load() && n.undoNeeded(r.err, true) && rd.claim(r.idx) {
 			n.sendUndo(rd, r.idx) // its caller has given up on this answer
 		}
 		rd.unref()
@@ -191,13 +191,19 @@ func (n *node) deliver(r *request) {
 
 // undoNeeded reports whether a failed attempt's acquire that got err may
 // have left its key on the master: not when the master refused (another
-// owner holds the key), unless the client may have sent the command more
-// than once itself (go-redis retries, Cluster redirects: our own first SET
-// refuses the second), and not when the acquire was never sent.
-func (n *node) undoNeeded(err error) bool {
+// owner holds the key), and not when the acquire was never sent. A late
+// refusal (after the round decided) from a client that may send a command
+// more than once itself (go-redis retries after a timeout, Cluster
+// redirects) may be our own first SET refusing the second, so it gets the
+// undo. A prompt one gets none, as before answers came late: a retry that
+// answers within the deadline needs a connection broken mid-command, and
+// the clients' settings the package documents (MaxRetries -1) rule it out;
+// sending a Release for every refusal would double a contended master's
+// work.
+func (n *node) undoNeeded(err error, late bool) bool {
 	switch err {
 	case ErrTaken:
-		return n.resends
+		return late && n.resends
 	case errStalled, errQueued, errSkipped, ErrClosed:
 		return false
 	}

@@ -198,6 +198,7 @@ type obtainConfig struct {
 	holdAtLeast time.Duration // 0: Release deletes at once
 	renewEvery  time.Duration // 0: ttl/3
 	maxHold     time.Duration // 0: no cap
+	set         *keySet       // the keys of ObtainMulti and DoMulti; nil for one key
 }
 
 // The calls that take ObtainOptions, by what they use.

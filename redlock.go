@@ -22,6 +22,8 @@
 //     within the TTL; [Lock.Extend] to ask for more time by hand.
 //   - [Lock.KeepAlive] when the lock outlives a function call (a leader that
 //     holds it until shutdown): stop it, then Release.
+//   - [Client.ObtainMulti] and [Client.DoMulti] for several keys at once,
+//     all or none (the two accounts of a transfer).
 //   - [Client.Attach] to take over a lock held under a token elsewhere;
 //     [Client.Inspect] to see who holds a key.
 //
@@ -122,6 +124,9 @@ type Client struct {
 func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if len(masters) == 0 {
 		return nil, invalid("no masters")
+	}
+	if len(masters) > maxMasters {
+		return nil, invalid("%d masters: at most %d (a quorum lock runs on 3, 5 or 7)", len(masters), maxMasters)
 	}
 	for i, m := range masters {
 		if m == nil {
@@ -271,7 +276,7 @@ func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, 
 	var timer *time.Timer
 	var last error
 	for n = 1; ; n++ {
-		lock, nodes, err := c.attempt(ctx, key, ttl)
+		lock, nodes, err := c.attempt(ctx, key, ttl, oc.set)
 		if err == nil {
 			return lock, n, nodes, nil
 		}
@@ -381,15 +386,12 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 	if ctx == nil {
 		return 0, invalid("nil context")
 	}
-	if key == "" {
-		return 0, invalid("empty key")
+	if err := c.checkKey(key); err != nil {
+		return 0, err
 	}
 	ttl, err := c.checkTTL(ttl)
 	if err != nil {
 		return 0, err
-	}
-	if c.cfg.fencing && c.sharded && !hasTag(c.cfg.keyPrefix+key) && strings.IndexByte(c.cfg.keyPrefix+key, '}') >= 0 {
-		return 0, invalid("with fencing on a Redis Cluster, key %q (prefix included) contains '}' without a hash tag, so its fence counter cannot share its slot; put a hash tag in it, like {%s}", c.cfg.keyPrefix+key, key)
 	}
 	if c.cfg.acks > 0 {
 		if err := c.cfg.checkAcks(ttl); err != nil {
@@ -400,6 +402,17 @@ func (c *Client) check(ctx context.Context, key string, ttl time.Duration) (time
 		return 0, ErrClosed
 	}
 	return ttl, nil
+}
+
+// checkKey validates one lock key.
+func (c *Client) checkKey(key string) error {
+	if key == "" {
+		return invalid("empty key")
+	}
+	if c.cfg.fencing && c.sharded && !hasTag(c.cfg.keyPrefix+key) && strings.IndexByte(c.cfg.keyPrefix+key, '}') >= 0 {
+		return invalid("with fencing on a Redis Cluster, key %q (prefix included) contains '}' without a hash tag, so its fence counter cannot share its slot; put a hash tag in it, like {%s}", c.cfg.keyPrefix+key, key)
+	}
+	return nil
 }
 
 func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
@@ -415,20 +428,22 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
-// attempt makes one try at the lock.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, []NodeError, error) {
-	l, nodes, _, _, err := c.try(ctx, key, ttl, newToken(), false, -1)
+// attempt makes one try at the lock: on key, or, with set, on every key of
+// the set at once (key is then its first).
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet) (*Lock, []NodeError, error) {
+	l, nodes, _, _, err := c.try(ctx, key, ttl, set, newToken(), false, -1)
 	return l, nodes, err
 }
 
-// try makes one try at the lock with token; marking, it also marks the key
-// as waited for on the masters that refuse (waitScript, wake.go). A failed
-// try says which masters it did not get (blocked, bit i for master i:
-// refused, or no answer before the outcome was decided, which may be a
-// refusal too) and how long until a quorum of the masters could be free
-// (their keys' PTTL; see quorumFree), or about a node timeout when they did
-// not say. With gate >= 0 it asks that master first (fanoutGated).
-func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token string, marking bool, gate int) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
+// try makes one try at the lock with token, on key or on set as attempt
+// does; marking (one key only), it also marks the key as waited for on the
+// masters that refuse (waitScript, wake.go). A failed try says which
+// masters it did not get (blocked, bit i for master i: refused, or no
+// answer before the outcome was decided, which may be a refusal too) and
+// how long until a quorum of the masters could be free (their keys' PTTL;
+// see quorumFree), or about a node timeout when they did not say. With
+// gate >= 0 it asks that master first (fanoutGated).
+func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *keySet, token string, marking bool, gate int) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
 	if ctx.Err() != nil {
 		return nil, nil, 0, 0, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
@@ -436,14 +451,18 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token s
 	timeout := c.cfg.timeout(ttl)
 	l := &Lock{c: c, key: key, token: token, obtained: start}
 	l.ttl.Store(int64(ttl))
-	full, kind, ckey := c.cfg.keyPrefix+key, opAcquire, ""
-	if c.cfg.fencing {
-		kind, ckey = opAcquireFenced, counterKey(full)
+	if set != nil {
+		l.op = set.acquire(l.token, c.boxTTL(ttl))
+	} else {
+		full, kind, ckey := c.cfg.keyPrefix+key, opAcquire, ""
+		if c.cfg.fencing {
+			kind, ckey = opAcquireFenced, counterKey(full)
+		}
+		if marking {
+			kind = opAcquireWait
+		}
+		l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
 	}
-	if marking {
-		kind = opAcquireWait
-	}
-	l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
 	rd := c.fanoutGated(ctx, l.op, start.Add(timeout), timeout, gate)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
@@ -482,6 +501,9 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, token s
 				rd.nodes[i].Err = errLapsed
 			}
 		}
+	}
+	if set != nil {
+		set.blocked(rd)
 	}
 	return nil, nil, wait, blocked, c.quorumError("obtain", rd, ErrNotObtained)
 }
@@ -530,24 +552,24 @@ func (c *Client) undo(ctx context.Context, rd *round, acquire op, timeout time.D
 	n := 0
 	for len(rd.replies) > 0 { // answers that came after the decision: the caller's, not in its outcome
 		r := <-rd.replies
-		n += c.undoOn(rd, r.idx, r.err, &o, wait)
+		n += c.undoOn(rd, r.idx, r.err, true, &o, wait)
 	}
 	for i := range c.nodes {
-		if i < 64 && rd.answered&bit(i) == 0 {
+		if rd.answered&bit(i) == 0 {
 			continue // its node sends the undo when the answer comes, if needed
 		}
-		n += c.undoOn(rd, i, rd.nodes[i].Err, &o, wait)
+		n += c.undoOn(rd, i, rd.nodes[i].Err, false, &o, wait)
 	}
 	c.collect(ctx, wait, n, o.deadline, timeout, false)
 }
 
-// undoOn sends the undo o to master i, whose answer to the attempt was err,
-// unless it is not needed or someone else sends it; it returns 1 when the
-// caller waits for it on wait.
-func (c *Client) undoOn(rd *round, i int, err error, o *op, wait *round) int {
+// undoOn sends the undo o to master i, whose answer to the attempt was err
+// (late: after the round decided), unless it is not needed or someone else
+// sends it; it returns 1 when the caller waits for it on wait.
+func (c *Client) undoOn(rd *round, i int, err error, late bool, o *op, wait *round) int {
 	switch {
-	case !c.nodes[i].undoNeeded(err):
-	case i < 64 && !rd.claim(i):
+	case !c.nodes[i].undoNeeded(err, late):
+	case !rd.claim(i):
 	case err == nil || err == errAbsent || ranWithoutAcks(err): // answered promptly: alive
 		c.send(i, o, wait)
 		return 1

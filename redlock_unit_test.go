@@ -198,3 +198,17 @@ func TestQuorumEveryState(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRefusesTooManyMasters: a Client keeps each master's answer in a bit
+// of a uint64 (request.go bit), so New refuses a 65th master.
+func TestNewRefusesTooManyMasters(t *testing.T) {
+	var masters []redis.UniversalClient
+	for i := range maxMasters + 1 {
+		rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", 20000+i)})
+		t.Cleanup(func() { rdb.Close() })
+		masters = append(masters, rdb)
+	}
+	if _, err := New(masters); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("New with %d masters: %v, want ErrInvalidArgument", len(masters), err)
+	}
+}

@@ -22,6 +22,7 @@ const (
 	opRaise                       // raiseScript
 	opExtend                      // extendScript, or extendFencedScript with a counter
 	opRelease                     // releaseScript, or keepScript with a TTL
+	opAcquireSet                  // acquireSetScript: a lock on several keys (keyset.go)
 	opAcquireWait                 // waitScript: a waiting Obtain's acquire (wake.go)
 	opWatch                       // watchScript: Client.WaitReleased (wake.go)
 )
@@ -62,10 +63,17 @@ type op struct {
 	// queued when a Release has begun is not sent, so that it cannot
 	// re-take a key the Release deleted.
 	halt *atomic.Bool
+	// set, for a lock on several keys, is its keys: every kind of request
+	// on it is a script on the whole set (keyset.go). nil for one key.
+	set *keySet
 }
 
-// bit is master i's bit in a mask of masters; 0 past the 64th, which is
-// then never counted as reached by an earlier Release.
+// maxMasters is the most masters a Client takes: each has a bit in a
+// uint64 mask (bit).
+const maxMasters = 64
+
+// bit is master i's bit in a mask of masters; 0 past the 64th, which New
+// refuses.
 func bit(i int) uint64 {
 	if i >= 64 {
 		return 0
@@ -130,6 +138,11 @@ type request struct {
 func (r *request) build(eval, fresh bool) {
 	var s *script
 	a := r.argv[:0]
+	if r.set != nil {
+		s, a = r.set.args(&r.op, a)
+		r.script(s, a, eval, fresh)
+		return
+	}
 	switch r.kind {
 	case opAcquire:
 		if r.again { // our own key from the first run holds the lock
@@ -171,6 +184,12 @@ func (r *request) build(eval, fresh bool) {
 			a = append(a, "s") // announce on the key's sharded channel
 		}
 	}
+	r.script(s, a, eval, fresh)
+}
+
+// script makes r's command: s run on a, whose first two arguments it sets
+// (EVAL and the source, or EVALSHA and the digest).
+func (r *request) script(s *script, a []any, eval, fresh bool) {
 	if eval {
 		a[0], a[1] = "eval", s.srcArg
 	} else {
@@ -181,13 +200,14 @@ func (r *request) build(eval, fresh bool) {
 
 // command returns a command whose arguments are a, a prefix of r.argv: one
 // of r's own commands with as many arguments, reset, or a new one when
-// fresh is set. A command allocates; reusing one makes a round to five
-// masters ten allocations cheaper. go-redis is done with a command when
+// fresh is set, or when a has outgrown r.argv (a lock on several keys). A
+// command allocates; reusing one makes a round to five masters ten
+// allocations cheaper. go-redis is done with a command when
 // Process or Exec returns (a hook that kept one for later would see it
 // reused). A node never reuses commands on a sharded client (Cluster,
 // Ring): go-redis keeps a command's hash slot in it.
 func (r *request) command(a []any, fresh bool) *redis.Cmd {
-	if fresh {
+	if fresh || len(a) > maxArgs {
 		return redis.NewCmd(context.Background(), a...)
 	}
 	c := r.cmds[len(a)]
@@ -221,8 +241,9 @@ func commandsAlias() bool {
 	return len(args) == 2 && args[1] == "b"
 }
 
-// result reads the master's answer to r: the counter for a fenced acquire,
-// and nil, ErrTaken, errAbsent or the failure. n, when known, says whether
+// result reads the master's answer to r: the counter for a fenced acquire
+// (for a set's acquire, the fence, or the position of the key another
+// owner holds), and nil, ErrTaken, errAbsent or the failure. n, when known, says whether
 // the master restarted (see deletedBefore).
 func (r *request) result(n *node) (int64, error) {
 	err := r.cmd.Err()
@@ -251,6 +272,8 @@ func (r *request) result(n *node) (int64, error) {
 	switch {
 	case v > 0:
 		return v, nil
+	case r.kind == opAcquireSet: // -i: the set's i-th key is another owner's
+		return -v, ErrTaken
 	case r.kind == opRelease && r.deletedBefore(n):
 		return 0, nil
 	case v == 0:

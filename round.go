@@ -49,9 +49,6 @@ func (c *Client) round() *round {
 	rd := c.rounds.Get().(*round)
 	rd.refs.Store(1)
 	rd.ok, rd.refused, rd.failed, rd.answered = 0, 0, 0, 0
-	rd.undoing.Store(false)
-	rd.claimed.Store(0)
-	rd.undoOp = op{}
 	for i, n := range c.nodes {
 		rd.nodes[i] = NodeError{Addr: n.addr, Err: errNoReply}
 		rd.vals[i] = 0
@@ -71,6 +68,11 @@ func (rd *round) unref() {
 	if rd.refs.Add(-1) == 0 {
 		for len(rd.replies) > 0 {
 			<-rd.replies
+		}
+		if rd.undoing.Load() { // only a failed attempt's round: the hot path resets nothing
+			rd.undoing.Store(false)
+			rd.claimed.Store(0)
+			rd.undoOp = op{} // it holds the caller's context
 		}
 		rd.pool.Put(rd)
 	}

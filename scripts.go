@@ -13,7 +13,8 @@ package redlock
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
-var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript, &acquireAgainScript, &acquireFencedAgainScript, &waitScript, &watchScript}
+var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript, &acquireAgainScript, &acquireFencedAgainScript,
+	&acquireSetScript, &raiseSetScript, &extendSetScript, &releaseSetScript, &waitScript, &watchScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it, each also
 // boxed once as a command argument, so that building a command allocates
@@ -337,3 +338,179 @@ end
 return redis.call('PTTL', KEYS[1])
 `,
 	"115f3ef86492769548f969933a32ec0164fb65dc")
+
+// The scripts of a lock on several keys ([Client.ObtainMulti]). Each takes
+// the set's lock keys first in KEYS, then, where it needs them, their fence
+// counters in the same order (all in one Redis Cluster hash slot: the
+// caller checks it), and runs on the whole set at once: a master holds all
+// of a set's keys for one owner, or none of them.
+
+// acquireSetScript takes every lock key of a set, or none: it sets them all
+// (PX) only if none holds another owner's token. With fencing it also
+// increments every key's counter and raises them all to the largest, which
+// is the fence it returns: above every earlier holder's fence of each key.
+// Keys already holding our token are a second run of the same request (a
+// connection closed under the first; tokens are fresh per attempt): taken
+// by the first, whose fence stands. So it is safe to run twice.
+//
+//	KEYS[1..n]     lock keys
+//	KEYS[n+1..2n]  their fence counters, with fencing
+//	ARGV[1]        owner token
+//	ARGV[2]        n
+//	ARGV[3]        TTL in milliseconds
+//	returns        1 taken (without fencing), the fence (> 0) taken (with),
+//	               -i when the i-th lock key holds another owner's token
+//	               (nothing changed)
+var acquireSetScript = newScript(`local n = tonumber(ARGV[2])
+local mine = 0
+for i = 1, n do
+	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
+	if v == ARGV[1] then
+		mine = mine + 1
+	elseif v then
+		return -i
+	end
+end
+local fenced = #KEYS > n
+if mine == n then
+	if not fenced then
+		return 1
+	end
+	local top = 0
+	for i = n + 1, 2 * n do
+		top = math.max(top, tonumber(redis.call('GET', KEYS[i]) or '0'))
+	end
+	return top
+end
+for i = 1, n do
+	redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[3])
+end
+if not fenced then
+	return 1
+end
+local fs, top, at = {}, 0, 0
+for i = 1, n do
+	fs[i] = redis.call('INCR', KEYS[n + i])
+	if fs[i] > top then
+		top, at = fs[i], i
+	end
+end
+local s = redis.call('GET', KEYS[n + at])
+for i = 1, n do
+	if fs[i] < top then
+		redis.call('SET', KEYS[n + i], s)
+	end
+end
+return top
+`,
+	"67d7658ff9753955680547471ebcf2c0272ed836")
+
+// raiseSetScript is raiseScript for a set: it raises every key's counter to
+// the lock's fence, if every key of the set is still ours on this master.
+//
+//	KEYS[1..n]     lock keys
+//	KEYS[n+1..2n]  their fence counters
+//	ARGV[1]        owner token
+//	ARGV[2]        the lock's fence
+//	returns        1 raised (or already at least the fence), 0 a key is not ours there
+var raiseSetScript = newScript(`local n = #KEYS / 2
+for i = 1, n do
+	if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+		return 0
+	end
+end
+local f = tonumber(ARGV[2])
+for i = n + 1, 2 * n do
+	if tonumber(redis.call('GET', KEYS[i]) or '0') < f then
+		redis.call('SET', KEYS[i], ARGV[2])
+	end
+end
+return 1
+`,
+	"583fe257327bbf6b2ff9a4acfa8d87e91e0c4bd7")
+
+// extendSetScript is extendScript for a set: if no key holds another
+// owner's token, it makes each key still ours last at least TTL more
+// (PEXPIRE ... GT, never shortening one) and re-takes the vanished ones,
+// until the re-take deadline by the master's clock; with fencing a re-taken
+// key's counter is raised to the lock's fence. It changes nothing when a
+// key is another owner's, or when a key has vanished past the deadline.
+//
+//	KEYS[1..n]     lock keys
+//	KEYS[n+1..2n]  their fence counters, with fencing
+//	ARGV[1]        owner token
+//	ARGV[2]        n
+//	ARGV[3]        TTL in milliseconds
+//	ARGV[4]        re-take deadline, Unix time in milliseconds
+//	ARGV[5]        the lock's fence, with fencing
+//	returns        1 extended, 2 extended and re-took a vanished key,
+//	               0 a key holds another owner's token,
+//	               -1 a key is absent and past the re-take deadline
+var extendSetScript = newScript(`local n = tonumber(ARGV[2])
+local gone = {}
+for i = 1, n do
+	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
+	if v == false then
+		gone[i] = true
+	elseif v ~= ARGV[1] then
+		return 0
+	end
+end
+if next(gone) then
+	local t = redis.call('TIME')
+	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[4]) then
+		return -1
+	end
+end
+for i = 1, n do
+	if gone[i] then
+		redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[3])
+		if #KEYS > n and tonumber(redis.call('GET', KEYS[n + i]) or '0') < tonumber(ARGV[5]) then
+			redis.call('SET', KEYS[n + i], ARGV[5])
+		end
+	else
+		redis.call('PEXPIRE', KEYS[i], ARGV[3], 'GT')
+	end
+end
+if next(gone) then
+	return 2
+end
+return 1
+`,
+	"595edad7a35aa00fea520d95c027e09892377581")
+
+// releaseSetScript is releaseScript (and keepScript) for a set: it deletes
+// every key that still holds our token, and never another owner's; with
+// the rest of a minimum hold (WithHoldAtLeast) it keeps each of ours for
+// that long instead.
+//
+//	KEYS[1..n]  lock keys
+//	ARGV[1]     owner token
+//	ARGV[2]     the rest of the minimum hold in milliseconds, if any
+//	returns     1 every key was ours (deleted or kept), 0 a key held
+//	            another owner's token, -1 a key was absent (ours deleted
+//	            or kept either way)
+var releaseSetScript = newScript(`local other, gone = false, false
+for i = 1, #KEYS do
+	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
+	if v == ARGV[1] then
+		if ARGV[2] then
+			redis.call('PEXPIRE', KEYS[i], ARGV[2])
+		else
+			redis.call('DEL', KEYS[i])
+		end
+	elseif v then
+		other = true
+	else
+		gone = true
+	end
+end
+if other then
+	return 0
+end
+if gone then
+	return -1
+end
+return 1
+`,
+	"e26539cf1f5410a3750e8a08915325355d233d50")

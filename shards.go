@@ -22,8 +22,9 @@ import (
 // TestPanickingHookOnAColdClusterDoesNotPanicTheCaller)
 //
 // A shard's address changes (a failover, a restarted pod): when a lane is
-// made for a new address, the lanes whose last key is now served elsewhere
-// end, once they have nothing to send. (TestShardLanesOfGoneAddressesEnd)
+// made for a new address, the lanes whose first key is now served
+// elsewhere end, once they have nothing to send (a lane ended too early is
+// made again by its next request). (TestShardLanesOfGoneAddressesEnd)
 //
 // A key's requests keep their order as long as its slot stays on its
 // shard. While a slot moves, a request may take the new shard's lane while
@@ -32,14 +33,14 @@ import (
 // can do: an Extend never shortens a key, a late re-take is refused past
 // its deadline, a late acquire keeps a released key until its TTL.
 type shardLanes struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	lanes  map[string]*shardLane // by the shard's address
 	closed bool
 }
 
 type shardLane struct {
 	*lane
-	key string // the last key sent on it
+	key string // the key it was made for
 }
 
 // laneFor returns the lane of r: the shard's on a Cluster master whose slot
@@ -56,27 +57,36 @@ func (n *node) laneFor(r *request) *lane {
 	return n.shardLane(m.Options().Addr, key)
 }
 
+// shardLane returns the lane of the shard at addr, made for key if there is
+// none yet.
 func (n *node) shardLane(addr, key string) *lane {
 	s := &n.shards
+	s.mu.RLock()
+	sl, closed := s.lanes[addr], s.closed
+	s.mu.RUnlock()
+	switch {
+	case closed:
+		return n.lane // closed: the request fails with ErrClosed
+	case sl != nil:
+		return sl.lane
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return n.lane // closed: the request fails with ErrClosed
+		return n.lane
 	}
-	sl := s.lanes[addr]
-	if sl == nil {
+	if sl = s.lanes[addr]; sl == nil {
 		n.retireGoneShards()
 		if s.lanes == nil {
 			s.lanes = map[string]*shardLane{}
 		}
-		sl = &shardLane{lane: n.newLane()}
+		sl = &shardLane{lane: n.newLane(), key: key}
 		s.lanes[addr] = sl
 	}
-	sl.key = key
 	return sl.lane
 }
 
-// retireGoneShards ends the lanes whose last key another address serves
+// retireGoneShards ends the lanes whose first key another address serves
 // now, if they have nothing to send; with n.shards.mu held.
 func (n *node) retireGoneShards() {
 	for addr, sl := range n.shards.lanes {

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
@@ -20,63 +19,27 @@ import (
 // another owner's) costs that master no Release at all.
 func TestUndoWaitsForTheLateAnswer(t *testing.T) {
 	ctx := context.Background()
-	servers := redistest.Start(t, 3)
-	p, err := redistest.NewProxy(servers[2].Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	masters := redistest.Clients(t, servers[:2])
-	slow := servers[2].Client(func(o *redis.Options) { o.Addr = p.Addr(); o.ContextTimeoutEnabled = true })
-	defer slow.Close()
-	masters = append(masters, slow)
-	direct := servers[2].Client()
-	defer direct.Close()
-	c, err := redlock.New(masters, redlock.WithNodeTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, servers, p, direct := slowThird(t)
 	evalshas := func() int {
 		info := direct.Info(ctx, "commandstats").Val()
 		for line := range strings.SplitSeq(info, "\r\n") {
 			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-				n := 0
-				for _, ch := range rest {
-					if ch < '0' || ch > '9' {
-						break
-					}
-					n = n*10 + int(ch-'0')
-				}
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
 				return n
 			}
 		}
 		return 0
 	}
-	if l, err := c.Obtain(ctx, "warm", time.Minute); err != nil { // connections and scripts ready
-		t.Fatal(err)
-	} else if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, func() error { // Release decided at a quorum: the slow master's may still be on its way
+	redistest.Eventually(t, func() error { // the warm-up's Release decided at a quorum: the slow master's may still be on its way
 		if evalshas() == 0 {
-			return errors.New("warm's Release has not reached the slow master")
+			return errors.New("the warm-up's Release has not reached the slow master")
 		}
 		return nil
 	})
 	p.DelayOpen(100*time.Millisecond, 0)
-	take := func(key string, masters ...int) {
-		for _, i := range masters {
-			rdb := servers[i].Client()
-			if err := rdb.Set(ctx, key, "other", time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
-			rdb.Close()
-		}
-	}
 
 	// Refused by the two fast masters, granted late by the slow one.
-	take("granted-late", 0, 1)
+	take(t, servers, "granted-late", 0, 1)
 	before := evalshas()
 	if _, err := c.Obtain(ctx, "granted-late", time.Minute); !errors.Is(err, redlock.ErrTaken) {
 		t.Fatalf("Obtain: %v, want ErrTaken", err)
@@ -92,7 +55,7 @@ func TestUndoWaitsForTheLateAnswer(t *testing.T) {
 	})
 
 	// Refused by all three, the slow one late: it gets no Release.
-	take("refused-late", 0, 1, 2)
+	take(t, servers, "refused-late", 0, 1, 2)
 	before = evalshas()
 	if _, err := c.Obtain(ctx, "refused-late", time.Minute); !errors.Is(err, redlock.ErrTaken) {
 		t.Fatalf("Obtain: %v, want ErrTaken", err)

@@ -474,7 +474,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	var last error
 	for n = 1; ; n++ {
 		subscribed := w.ready(x)
-		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, newToken(), true, gate)
+		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), true, gate)
 		if err == nil {
 			return lock, n, nodes, nil
 		}

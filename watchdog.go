@@ -41,6 +41,12 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return c.closedObtain(err)
 	}
+	return c.doOn(ctx, key, nil, ttl, fn, opts)
+}
+
+// doOn is Do after the key's validation (with set, DoMulti after the set's:
+// key is its first).
+func (c *Client) doOn(ctx context.Context, key string, set *keySet, ttl time.Duration, fn func(ctx context.Context) error, opts []ObtainOption) error {
 	if fn == nil {
 		return invalid("nil fn")
 	}
@@ -48,6 +54,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
+	oc.set = set
 	if err := oc.checkWatchdog(ttl, &c.cfg); err != nil {
 		return err
 	}

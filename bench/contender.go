@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,14 @@ var contenders = []contenderSpec{
 	{Name: "redlock-observed", Kind: kindOurs, Color: "#e377c2", Masters: anyMasters,
 		What: "`redlock.New(masters, redlock.WithObserver(o))` with an Observer that counts every event by kind and outcome: the cost of observing",
 		New:  func() contender { return &redlockContender{observed: true} }},
+	// Locks on several keys: the cost per key of ObtainMulti against one
+	// key's Obtain (redlock) in the same cells; only where throughput and
+	// Redis CPU say it (uncontended, 64 goroutines, no added latency, no
+	// Cluster: the smoke run stays short).
+	setContender(1, "#fcbba1", "`redlock.New(masters)`, `ObtainMulti` of a set of 1 key (a lock on that key: `redlock`'s plain SET NX), `Lock.Release`"),
+	setContender(2, "#fc9272", "`ObtainMulti` of a set of 2 keys sharing a hash tag, `Lock.Release`"),
+	setContender(4, "#ef3b2c", "`ObtainMulti` of a set of 4 keys sharing a hash tag, `Lock.Release`"),
+	setContender(8, "#a50f15", "`ObtainMulti` of a set of 8 keys sharing a hash tag, `Lock.Release`"),
 	{Name: "goredis-autopipeline", Kind: kindBaseline, Color: "#9467bd", Masters: anyMasters, Clusters: true,
 		What: "a Redlock of about 100 lines on go-redis's own automatic pipelining (`AsyncAutoPipeline`, experimental): SET NX PX on every master through one autopipeliner per master, wait for every reply, quorum and validity check, EVALSHA compare-and-delete to release. No per-request deadline: it waits for the slowest master",
 		New:  func() contender { return &autopipeContender{} }},
@@ -72,17 +81,32 @@ type contenderSpec struct {
 	// Clusters whether each master may be a Redis Cluster (a *redis.ClusterClient).
 	Masters  func(n int) bool
 	Clusters bool
-	New      func() contender
+	// Keys is how many keys one lock holds (a set: ObtainMulti); 0 for one
+	// key. Only, when set, narrows the cells the contender runs in.
+	Keys int
+	Only func(c cell) bool
+	New  func() contender
 }
 
 func anyMasters(int) bool  { return true }
 func oneMaster(n int) bool { return n == 1 }
 func (s contenderSpec) supports(c cell) bool {
-	if c.Cluster && !s.Clusters {
+	if c.Cluster && !s.Clusters || s.Only != nil && !s.Only(c) {
 		return false
 	}
 	return s.Masters(c.N)
 }
+
+// setContender is redlock locking sets of k keys with ObtainMulti.
+func setContender(k int, color, what string) contenderSpec {
+	return contenderSpec{Name: fmt.Sprintf("redlock-set%d", k), Kind: kindOurs, Color: color, Masters: anyMasters, Keys: k, Only: setCells,
+		What: what, New: func() contender { return &redlockContender{keys: k} }}
+}
+
+// setCells are the cells of the set contenders: uncontended, 64
+// goroutines, no added latency, where cycles/s and Redis CPU per cycle
+// show what each key of a set costs.
+func setCells(c cell) bool { return !c.Contended && c.G == 64 && c.Latency == 0 }
 
 func specOf(name string) (contenderSpec, bool) {
 	for _, s := range contenders {

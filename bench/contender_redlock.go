@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,8 +17,10 @@ import (
 type redlockContender struct {
 	single   bool
 	observed bool // with an Observer that counts the events
+	keys     int  // > 0: ObtainMulti of that many keys per lock
 	c        *redlock.Client
 	ttl      time.Duration
+	prefix   string
 }
 
 func (c *redlockContender) Setup(t target) error {
@@ -30,11 +34,13 @@ func (c *redlockContender) Setup(t target) error {
 	} else {
 		c.c, err = redlock.New(t.Clients, opts...)
 	}
-	c.ttl = t.TTL
+	c.ttl, c.prefix = t.TTL, t.Prefix
 	return err
 }
 
-func (c *redlockContender) NewWorker() worker { return &redlockWorker{c: c} }
+func (c *redlockContender) NewWorker() worker {
+	return &redlockWorker{c: c, set: make([]string, c.keys)}
+}
 
 func (c *redlockContender) Close() error {
 	err := c.c.Close()
@@ -43,17 +49,35 @@ func (c *redlockContender) Close() error {
 }
 
 type redlockWorker struct {
-	c *redlockContender
-	l *redlock.Lock
+	c   *redlockContender
+	l   *redlock.Lock
+	set []string // the keys of a set contender's lock, rewritten for each
 }
 
 func (w *redlockWorker) Lock(ctx context.Context, key string) (bool, error) {
-	l, err := w.c.c.Obtain(ctx, key, w.c.ttl)
+	var l *redlock.Lock
+	var err error
+	if len(w.set) == 0 {
+		l, err = w.c.c.Obtain(ctx, key, w.c.ttl)
+	} else {
+		l, err = w.c.c.ObtainMulti(ctx, w.setOf(key), w.c.ttl)
+	}
 	if err != nil {
 		return redlockOutcome(err)
 	}
 	w.l = l
 	return true, nil
+}
+
+// setOf returns the set locked for key: keys under the run's prefix that
+// share one hash tag, the rest of key, so that the set is in one slot of a
+// Cluster and sets of different keys spread over the slots.
+func (w *redlockWorker) setOf(key string) []string {
+	tag := w.c.prefix + "{" + strings.TrimPrefix(key, w.c.prefix) + "}:"
+	for i := range w.set {
+		w.set[i] = tag + strconv.Itoa(i)
+	}
+	return w.set
 }
 
 // redlockOutcome maps a failed Obtain to the worker's outcome: a refusal by

@@ -147,6 +147,8 @@ func writeMarkdown(w io.Writer, r *report) error {
 		return fmt.Sprintf("%s (%s/core)", fmtUs(s.ServerCPU), fmtRate(s.PerRedisCore))
 	})
 
+	writeSets(&b, r)
+
 	if len(r.Goals) > 0 {
 		b.WriteString("\n## Targets\n\n| target | cell | contender | measured | target | met |\n| --- | --- | --- | ---: | ---: | :---: |\n")
 		for _, g := range r.Goals {
@@ -283,6 +285,38 @@ func writeShardSpread(b *strings.Builder, r *report) {
 		}
 		for _, s := range cr.Contenders {
 			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cr.Name, s.Name, fmtShares(s.ShardCalls, cr.Shards), fmtShares(s.ShardCPU, cr.Shards))
+		}
+	}
+}
+
+// writeSets shows, for the contenders that lock sets of keys
+// (ObtainMulti), what each key of a set costs against the subject's lock on
+// one key, measured side by side in the same cells.
+func writeSets(b *strings.Builder, r *report) {
+	first := true
+	for _, cr := range r.Cells {
+		sub := cr.contender(subject)
+		if sub == nil {
+			continue
+		}
+		for _, s := range cr.Contenders {
+			spec, _ := specOf(s.Name)
+			ratio := sub.Ratio[s.Name] // the subject's throughput over the set's
+			if spec.Keys == 0 || ratio == 0 {
+				continue
+			}
+			if first {
+				fmt.Fprintf(b, "\n## Locks on several keys\n\nEach `redlock-setK` locks a set of K keys with `ObtainMulti` (one script per master takes them all) and releases it, beside %s's lock on one key in the same cell. Ratios against %s are the medians of the per-repeat ratios: sets per second over %s's locks per second, keys locked per second (K per set) over its, and Redis CPU per key locked over its Redis CPU per lock.\n\n", subject, subject, subject)
+				b.WriteString("| cell | contender | keys | cycles/s | cycles/s vs " + subject + " | keys/s vs " + subject + " | Redis CPU/cycle | Redis CPU/key | Redis CPU/key vs " + subject + " |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+				first = false
+			}
+			k := float64(spec.Keys)
+			cpuKey, cpuRatio := "n/a", "–"
+			if s.ServerCPU > 0 && sub.ServerCPU > 0 {
+				cpuKey, cpuRatio = fmtUs(s.ServerCPU/k), fmtRatio(s.ServerCPU/k/sub.ServerCPU)
+			}
+			fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", cr.Name, s.Name, spec.Keys, fmtRate(s.CyclesPerSec),
+				fmtRatio(1/ratio), fmtRatio(k/ratio), fmtUs(s.ServerCPU), cpuKey, cpuRatio)
 		}
 	}
 }

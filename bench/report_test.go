@@ -342,3 +342,25 @@ func TestSmokeProblems(t *testing.T) {
 		t.Errorf("problems with an allocation target missed = %q", p)
 	}
 }
+
+// The set section gives each key's cost against the subject's lock on one
+// key: a set of 4 at half the subject's cycles/s locks twice its keys per
+// second, and at four times its Redis CPU per cycle costs the same per key.
+func TestSetsSection(t *testing.T) {
+	order := []string{"redlock", "redlock-set4"}
+	cl := cell{N: 1, G: 64, HotKeys: 16}
+	runs := []*runResult{fakeRun("redlock", 0, 1000, 0, time.Millisecond), fakeRun("redlock-set4", 0, 500, 0, time.Millisecond)}
+	runs[1].ServerCPU = []float64{0.5} // 1ms per cycle, against the subject's 250µs
+	r := &report{order: order, Cells: []cellReport{summarize(cl, 50, order, runs)}}
+	var b strings.Builder
+	writeSets(&b, r)
+	want := "| n1-g64-uncontended | redlock-set4 | 4 | 500 | 0.50× | 2.00× | 1.00ms | 250µs | 1.00× |"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("sets section:\n%s\nwant the row %s", b.String(), want)
+	}
+	var none strings.Builder
+	writeSets(&none, fakeReport())
+	if none.Len() != 0 {
+		t.Fatalf("a report without set contenders has a sets section:\n%s", none.String())
+	}
+}

@@ -54,17 +54,18 @@ type endpoints struct {
 }
 
 // clients returns fresh go-redis clients for one run, built alike for every
-// contender: the master's options, PoolSize, and ContextTimeoutEnabled (so a
-// call's deadline bounds its socket reads, as the library README advises).
+// contender: the master's options, PoolSize, ContextTimeoutEnabled (so a
+// call's deadline bounds its socket reads) and MaxRetries -1 (a command is
+// not sent again by go-redis on its own), as the library README advises.
 func (ep *endpoints) clients(poolSize int) []redis.UniversalClient {
 	var cs []redis.UniversalClient
 	for _, addrs := range ep.clusters {
-		cs = append(cs, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: poolSize, ContextTimeoutEnabled: true,
+		cs = append(cs, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: poolSize, ContextTimeoutEnabled: true, MaxRetries: -1,
 			MaintNotificationsConfig: noMaintNotifications()}))
 	}
 	for _, o := range ep.opts {
 		c := *o
-		c.PoolSize, c.ContextTimeoutEnabled = poolSize, true
+		c.PoolSize, c.ContextTimeoutEnabled, c.MaxRetries = poolSize, true, -1
 		cs = append(cs, newClient(c))
 	}
 	return cs

@@ -30,3 +30,20 @@ func (c *Counter) Lost() int64 { return c.done.Load() - c.v.Load() }
 
 // Done is the number of completed increments.
 func (c *Counter) Done() int64 { return c.done.Load() }
+
+// IncrementAll is one critical section over several counters (a lock on
+// several keys, a counter per key): it reads them all, holds for d, and
+// writes each back plus one.
+func IncrementAll(cs []*Counter, d time.Duration) {
+	vs := make([]int64, len(cs))
+	for i, c := range cs {
+		vs[i] = c.v.Load()
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	for i, c := range cs {
+		c.v.Store(vs[i] + 1)
+		c.done.Add(1)
+	}
+}

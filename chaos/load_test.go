@@ -12,10 +12,13 @@ import (
 
 // load is a contended workload: workers obtain one key, run a critical
 // section (lost-update counter, optional fenced write), record it in the
-// ledger and release.
+// ledger and release. With sets, worker w takes sets[w % len(sets)]
+// instead, all its keys at once (ObtainMulti), and records the hold under
+// each of them.
 type load struct {
 	c       Locker
 	key     string
+	sets    [][]string
 	ttl     time.Duration
 	workers int
 	dur     time.Duration // stop starting attempts after this
@@ -31,6 +34,9 @@ type load struct {
 	ledger  *Ledger
 	counter *Counter
 	res     *FencedResource
+	// counters, with sets, are a lost-update counter per key (made by run):
+	// holders of disjoint sets run at once, and share no counter.
+	counters map[string]*Counter
 }
 
 type loadStats struct {
@@ -50,6 +56,7 @@ type loadStats struct {
 	releaseLost int             // Release said ErrLockLost
 	releaseErr  int             // Release failed otherwise
 	elapsed     time.Duration
+	byWorker    []int // holds per worker
 }
 
 func (s *loadStats) other(err error) {
@@ -72,12 +79,21 @@ func (l *load) run(ctx context.Context) *loadStats {
 	if l.counter == nil {
 		l.counter = &Counter{}
 	}
+	if len(l.sets) > 0 {
+		l.counters = map[string]*Counter{}
+		for _, set := range l.sets {
+			for _, k := range set {
+				l.counters[k] = &Counter{}
+			}
+		}
+	}
 	if l.maxIter == 0 {
 		l.maxIter = 100000
 	}
 	if l.obtainTimeout == 0 {
 		l.obtainTimeout = time.Second
 	}
+	s.byWorker = make([]int, l.workers)
 	start := time.Now()
 	deadline := start.Add(l.dur)
 	var wg sync.WaitGroup
@@ -98,7 +114,7 @@ func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadSta
 	for i := 0; i < l.maxIter && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		octx, cancel := context.WithTimeout(ctx, l.obtainTimeout)
 		t0 := time.Now()
-		lock, err := l.c.Obtain(octx, l.key, l.ttl, opts...)
+		lock, err := l.obtain(octx, w, opts)
 		got := time.Now()
 		lat := got.Sub(t0)
 		dl, _ := octx.Deadline()
@@ -130,6 +146,7 @@ func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadSta
 			continue
 		}
 		s.acquired++
+		s.byWorker[w]++
 		s.okLats = append(s.okLats, lat)
 		s.maxWait = max(s.maxWait, got.Sub(wantSince))
 		s.mu.Unlock()
@@ -142,9 +159,11 @@ func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadSta
 				l.res.Write(l.key, lock.Token(), fence)
 			}
 		}
-		l.counter.Increment(l.hold)
+		l.section(w)
 		end := time.Now()
-		l.ledger.Record(Interval{Key: l.key, Holder: lock.Token(), Fence: fence, Start: got, End: end, ValidUntil: validUntil})
+		for _, k := range l.keysOf(w) {
+			l.ledger.Record(Interval{Key: k, Holder: lock.Token(), Fence: fence, Start: got, End: end, ValidUntil: validUntil})
+		}
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 		err = lock.Release(rctx)
 		rcancel()
@@ -160,6 +179,46 @@ func (l *load) worker(ctx context.Context, w int, deadline time.Time, s *loadSta
 		}
 		wantSince = time.Now()
 	}
+}
+
+// obtain takes worker w's lock: the key, or w's set.
+func (l *load) obtain(ctx context.Context, w int, opts []Opt) (Held, error) {
+	if len(l.sets) == 0 {
+		return l.c.Obtain(ctx, l.key, l.ttl, opts...)
+	}
+	return l.c.ObtainMulti(ctx, l.sets[w%len(l.sets)], l.ttl, opts...)
+}
+
+// section is worker w's critical section: the lost-update counter of the
+// key, or of every key of w's set, read, held for l.hold, written back.
+func (l *load) section(w int) {
+	if len(l.sets) == 0 {
+		l.counter.Increment(l.hold)
+		return
+	}
+	keys := l.keysOf(w)
+	cs := make([]*Counter, len(keys))
+	for i, k := range keys {
+		cs[i] = l.counters[k]
+	}
+	IncrementAll(cs, l.hold)
+}
+
+// lostInSets is the updates lost over the sets' counters.
+func (l *load) lostInSets() int64 {
+	var n int64
+	for _, c := range l.counters {
+		n += c.Lost()
+	}
+	return n
+}
+
+// keysOf returns the keys worker w holds.
+func (l *load) keysOf(w int) []string {
+	if len(l.sets) == 0 {
+		return []string{l.key}
+	}
+	return l.sets[w%len(l.sets)]
 }
 
 // report puts the workload's figures on the row.

@@ -17,6 +17,10 @@ type Locker interface {
 	// Obtain takes key for ttl, or fails with an error matching
 	// redlock.ErrNotObtained.
 	Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Opt) (Held, error)
+	// ObtainMulti takes every key of keys for ttl, all or none, as one
+	// lock (redlock's Client.ObtainMulti), or fails with an error matching
+	// redlock.ErrNotObtained.
+	ObtainMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...Opt) (Held, error)
 	// Do runs fn under the lock while a watchdog renews it (redlock's
 	// Client.Do).
 	Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) error
@@ -126,6 +130,14 @@ func obtainOpts(opts []Opt) []redlock.ObtainOption {
 
 func (l libLocker) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Opt) (Held, error) {
 	lock, err := l.c.Obtain(ctx, key, ttl, obtainOpts(opts)...)
+	if err != nil {
+		return nil, err
+	}
+	return libHeld{lock}, nil
+}
+
+func (l libLocker) ObtainMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...Opt) (Held, error) {
+	lock, err := l.c.ObtainMulti(ctx, keys, ttl, obtainOpts(opts)...)
 	if err != nil {
 		return nil, err
 	}

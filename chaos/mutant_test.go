@@ -71,7 +71,13 @@ type knobs struct {
 	slowUndo      bool // a failed attempt's undo waits for every master with a fresh deadline, past the caller's context
 	retryForever  bool // Obtain retries every 10ms until its context ends, whatever the options say
 	straggle      bool // an Extend's request to the last master goes out late, in the background, and re-takes past a release
-	noWake        bool // a waiting Obtain (Wait) is never woken: after a refused attempt it sleeps until its context ends
+	// A set of keys (ObtainMulti) is taken key by key, one attempt each;
+	// when one fails, the keys taken are released and the whole set is
+	// tried again: a correct lock on several keys (no set holds a key while
+	// it waits), one round per key.
+	multiWait  bool // holds the keys taken while it waits for the next: two sets can each hold a key the other waits for
+	multiFirst bool // only the first key is taken
+	noWake     bool // a waiting Obtain (Wait) is never woken: after a refused attempt it sleeps until its context ends
 }
 
 func parseKnobs(spec string) (knobs, error) {
@@ -84,6 +90,7 @@ func parseKnobs(spec string) (knobs, error) {
 		"keepvalidity": &k.keepValidity, "latecancel": &k.lateCancel, "norenew": &k.noRenew,
 		"closenowait": &k.closeNoWait, "closeblocks": &k.closeBlocks, "leak": &k.leak,
 		"slowundo": &k.slowUndo, "straggle": &k.straggle, "retryforever": &k.retryForever, "nowake": &k.noWake,
+		"multiwait": &k.multiWait, "multifirst": &k.multiFirst,
 	}
 	for _, f := range strings.Split(spec, ",") {
 		if f == "" || f == "none" {
@@ -420,6 +427,87 @@ func (m *mutantLocker) attempt(ctx context.Context, key string, ttl time.Duratio
 		return 0, mutantRelease.Run(ctx, m.ms[i], h.releaseKeys(), h.token).Err()
 	}, m.k.slowUndo)
 	return nil, m.quorumError("obtain", t, redlock.ErrNotObtained)
+}
+
+// ObtainMulti takes the keys one by one with the mutant's lock on one key
+// (see knobs.multiWait), and retries the whole set per opts.
+func (m *mutantLocker) ObtainMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...Opt) (Held, error) {
+	o := Collect(opts)
+	take, each := keys, Opts{}
+	switch {
+	case m.k.multiFirst:
+		take = keys[:1]
+	case m.k.multiWait:
+		each, o.Retry = o, 0 // each key waits; the set is not tried again
+	}
+	for {
+		h, err := m.takeSet(ctx, keys, take, ttl, each)
+		if err == nil || o.Retry == 0 {
+			return h, err
+		}
+		wait := o.Retry/2 + mrand.N(o.Retry)
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// takeSet takes the keys of take in order, each with o; when one fails it
+// releases those it took.
+func (m *mutantLocker) takeSet(ctx context.Context, keys, take []string, ttl time.Duration, o Opts) (Held, error) {
+	set := &mutantSet{keys: keys}
+	for _, k := range take {
+		h, err := m.obtain(ctx, k, ttl, o, false)
+		if err != nil {
+			set.Release(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		set.parts = append(set.parts, h)
+	}
+	return set, nil
+}
+
+// A mutantSet is the mutant's lock on several keys: one lock per key.
+type mutantSet struct {
+	keys  []string
+	parts []*mutantHeld
+}
+
+func (s *mutantSet) Key() string   { return s.keys[0] }
+func (s *mutantSet) Token() string { return s.parts[0].token }
+func (s *mutantSet) Fence() int64  { return 0 }
+
+func (s *mutantSet) Validity() time.Duration {
+	v := s.parts[0].Validity()
+	for _, h := range s.parts[1:] {
+		v = min(v, h.Validity())
+	}
+	return v
+}
+
+func (s *mutantSet) Extend(ctx context.Context, ttl time.Duration) error {
+	var errs []error
+	for _, h := range s.parts {
+		errs = append(errs, h.Extend(ctx, ttl))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *mutantSet) Release(ctx context.Context) error {
+	var errs []error
+	for _, h := range s.parts {
+		errs = append(errs, h.Release(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *mutantSet) KeepAlive(context.Context, ...Opt) (context.Context, func(), error) {
+	return nil, nil, errors.New("the mutant keeps no set alive")
 }
 
 func (m *mutantLocker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) (err error) {

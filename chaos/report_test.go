@@ -134,8 +134,10 @@ func (r *row) wasCaught() bool {
 	results.mu.Lock()
 	defer results.mu.Unlock()
 	for _, c := range r.caught {
-		if strings.Contains(c, r.sub.expect) {
-			return true
+		for _, want := range strings.Split(r.sub.expect, "|") {
+			if strings.Contains(c, want) {
+				return true
+			}
 		}
 	}
 	return false

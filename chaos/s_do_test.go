@@ -79,6 +79,19 @@ func restartFencing(t *testing.T, sub *subject) {
 				}
 				l.Release(context.Background())
 			}
+			// A Release may return at a quorum of deletions: wait until the
+			// key is gone from every master, so that A, with three masters
+			// in view, does not find the primer's key on one of them.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			for m, c := range e.direct() {
+				for c.Exists(ctx, e.prefix+"k").Val() != 0 && ctx.Err() == nil {
+					time.Sleep(time.Millisecond)
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("master %d still holds the primer's key", m)
+				}
+			}
 			a, b := splitView(t, e, true)
 			rr := holdRace(t, a, b, "k", ttl, ttl+redialProbe+time.Second, 20*time.Millisecond, func(time.Time) {
 				if err := e.servers[2].Restart(v.name == "aof-always"); err != nil {

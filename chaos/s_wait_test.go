@@ -168,13 +168,13 @@ func (e *env) noKeysLeft(r *row) {
 	r.must(res.Keys == 0, "%d lock keys left after every waiter released (the longest for %v more)", res.Keys, res.MaxPTTL)
 }
 
-// S17: the wake subscriptions are killed (CLIENT KILL TYPE pubsub) just
+// S18: the wake subscriptions are killed (CLIENT KILL TYPE pubsub) just
 // before the holder releases, so that release is published to nobody, and
 // again every 100ms while 50 waiters hand the lock on.
-func TestS17WaitSubscriptionKilled(t *testing.T) { waitSubscriptionKilled(t, library) }
+func TestS18WaitSubscriptionKilled(t *testing.T) { waitSubscriptionKilled(t, library) }
 
 func waitSubscriptionKilled(t *testing.T, sub *subject) {
-	waitRows(t, sub, "S17 wait-pubsub-killed", "CLIENT KILL TYPE pubsub on every master before the holder's release, then every 100ms", nil,
+	waitRows(t, sub, "S18 wait-pubsub-killed", "CLIENT KILL TYPE pubsub on every master before the holder's release, then every 100ms", nil,
 		func(t *testing.T, r *row, e *env, held Held) (time.Time, func()) {
 			admin := e.direct()
 			if err := e.killPubSub(admin); err != nil {
@@ -238,13 +238,13 @@ func firstErr(errs []error) error {
 	return errs[0]
 }
 
-// S18: a holder process is SIGKILLed while 50 waiters wait: no release
+// S19: a holder process is SIGKILLed while 50 waiters wait: no release
 // announces the key's end, it expires. The waiters never sleep past the
 // key's expiry.
-func TestS18WaitHolderCrash(t *testing.T) { waitHolderCrash(t, library) }
+func TestS19WaitHolderCrash(t *testing.T) { waitHolderCrash(t, library) }
 
 func waitHolderCrash(t *testing.T, sub *subject) {
-	r := newRow(t, sub, "S18 wait-holder-crash", "MUST",
+	r := newRow(t, sub, "S19 wait-holder-crash", "MUST",
 		fmt.Sprintf("worker process under Do (TTL 1s) SIGKILLed while %d waiters over %d Clients wait (WithWait); N=5", waitClients*waitersPerCl, waitClients),
 		"the first waiter obtains within the TTL of the kill; every waiter obtains; each hand-over within one TTL; cs=promised=0")
 	e := newEnv(t, sub, 5, nil)
@@ -264,14 +264,14 @@ func waitHolderCrash(t *testing.T, sub *subject) {
 	e.noKeysLeft(r)
 }
 
-// S19: every master restarts (AOF, so the holder's key and its mark
+// S20: every master restarts (AOF, so the holder's key and its mark
 // survive) while 50 waiters wait, and the holder releases as soon as the
 // masters are back: before the waiters' subscriptions are, so its release
 // is published to nobody.
-func TestS19WaitMasterRestart(t *testing.T) { waitMasterRestart(t, library) }
+func TestS20WaitMasterRestart(t *testing.T) { waitMasterRestart(t, library) }
 
 func waitMasterRestart(t *testing.T, sub *subject) {
-	waitRows(t, sub, "S19 wait-master-restart", "AOF; every master SIGKILLed and restarted, the holder releases as soon as they answer",
+	waitRows(t, sub, "S20 wait-master-restart", "AOF; every master SIGKILLed and restarted, the holder releases as soon as they answer",
 		func(_ int, o *redistest.Options) { o.Persist = true },
 		func(t *testing.T, r *row, e *env, held Held) (time.Time, func()) {
 			all := make([]int, len(e.servers))
