@@ -139,11 +139,17 @@ func (c *Client) newOp(kind opKind, full, ckey, token string) op {
 }
 
 // join adds a waiter of full (a watcher with watch set) and takes a use of
-// its subscriptions, starting those not running.
+// its subscriptions, starting those not running. It returns nil, and
+// starts nothing, once the waker is stopped: Close may run to its end
+// between a wait's wakerFor and its join, and a subscription started then
+// would outlive the Client.
 func (w *waker) join(full string, watch bool) *waiter {
 	x := &waiter{key: full, sig: make(chan struct{}, 1)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
 	kw := w.keys[full]
 	if kw == nil {
 		kw = &keyWaiters{}
@@ -170,8 +176,12 @@ func (w *waker) join(full string, watch bool) *waiter {
 }
 
 // leave removes x, gives the head's turn to the next waiter, and lets
-// subscriptions without users linger, then end.
+// subscriptions without users linger, then end. A nil x (join after the
+// waker stopped) has nothing to leave.
 func (w *waker) leave(x *waiter) {
+	if x == nil {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.keys[x.key]
@@ -453,6 +463,9 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	}
 	full := c.cfg.keyPrefix + key
 	x := w.join(full, false)
+	if x == nil {
+		return nil, 0, nil, c.closedObtain(ErrClosed)
+	}
 	defer w.leave(x)
 	for !w.isHead(x) { // this Client's waiters of the key, in arrival order
 		select {
@@ -533,6 +546,9 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	}
 	full := c.cfg.keyPrefix + key
 	x := w.join(full, true)
+	if x == nil {
+		return ErrClosed
+	}
 	defer w.leave(x)
 	timeout := c.cfg.timeout(maxDefaultNodeTimeout * 10)
 	timer := time.NewTimer(time.Hour)
