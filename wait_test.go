@@ -159,6 +159,48 @@ func TestWaitSubscriptionKilled(t *testing.T) {
 	}
 }
 
+// TestWaitSubscriptionSurvivesPanickingHook: a go-redis dial hook that
+// panics while the subscription is made is a lost subscription, not a
+// crash: once the hook stops panicking, the subscription is made again
+// within its bounded retry delay, and the release wakes the waiter long
+// before the holder's 20s TTL.
+func TestWaitSubscriptionSurvivesPanickingHook(t *testing.T) {
+	servers, clients, a := cluster(t, 1)
+	rdb := servers[0].Client()
+	t.Cleanup(func() { rdb.Close() })
+	// A first connection before the hook panics: go-redis's first one
+	// turns its maintenance notifications off (Redis < 8) under a lock
+	// its PubSub's option clone does not take, a race of go-redis's own.
+	if err := rdb.Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hook := &dialPanics{}
+	rdb.AddHook(hook)
+	hook.armed.Store(true)
+	b := newClient(t, []redis.UniversalClient{rdb}, redlock.WithNodeTimeout(200*time.Millisecond))
+	ctx := t.Context()
+	held, ch := holdAndWait(t, a, b)
+	time.Sleep(600 * time.Millisecond) // several subscriptions panic meanwhile
+	hook.armed.Store(false)
+	marked(t, clients[0], "k")
+	subscribed(t, clients[0])
+	time.Sleep(700 * time.Millisecond) // the waiter relies on the wake-up
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := outcome(t, ch, 10*time.Second)
+	if w.err != nil {
+		t.Fatalf("waiting Obtain: %v", w.err)
+	}
+	if d := time.Since(released); d > 3*time.Second {
+		t.Errorf("obtained %v after the release, want it woken long before the 20s TTL", d)
+	}
+	if err := w.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWaitFirstComeFirstServedInClient: the waiters of one Client get the
 // lock in the order they began to wait.
 func TestWaitFirstComeFirstServedInClient(t *testing.T) {

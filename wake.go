@@ -101,9 +101,9 @@ type subID struct {
 // goroutine that reads it.
 type sub struct {
 	id     subID
-	ps     *redis.PubSub
-	ready  bool // the master confirmed it, and it has not broken since
-	users  int  // waiters using it
+	ps     *redis.PubSub // the goroutine's current one (nil before its first); end closes it
+	ready  bool          // the master confirmed it, and it has not broken since
+	users  int           // waiters using it
 	linger *time.Timer
 	stop   chan struct{}
 }
@@ -237,17 +237,11 @@ func (w *waker) flags(x *waiter) (released uint64, retry bool) {
 	return x.released, x.retry
 }
 
-// subscribe starts the subscription id; w.mu is held.
+// subscribe starts the subscription id; w.mu is held. The goroutine makes
+// the PubSub and subscribes, so that a dial to a master that is down holds
+// nobody else.
 func (w *waker) subscribe(id subID) *sub {
-	rdb := w.c.nodes[id.i].rdb
 	s := &sub{id: id, stop: make(chan struct{})}
-	// No channel yet: the goroutine subscribes, so that a dial to a master
-	// that is down holds nobody else.
-	if w.c.shardedMask&bit(id.i) != 0 {
-		s.ps = rdb.SSubscribe(context.Background())
-	} else {
-		s.ps = rdb.Subscribe(context.Background())
-	}
 	w.subs[id] = s
 	w.wg.Add(1)
 	go w.run(s)
@@ -262,55 +256,114 @@ func (w *waker) unsubscribe(s *sub) {
 		return
 	}
 	delete(w.subs, s.id)
-	close(s.stop)
-	_ = s.ps.Close() // ends a Receive in progress
+	s.end()
 }
 
-// run subscribes s and reads its messages until it is stopped. go-redis
-// reconnects a broken subscription at the next Receive and subscribes
-// again; every confirmation wakes the waiters of the master to ask again,
-// since a release may have gone unheard meanwhile.
+// end stops s and closes its PubSub, which ends a Receive in progress;
+// w.mu is held.
+func (s *sub) end() {
+	close(s.stop)
+	if s.ps != nil {
+		_ = s.ps.Close()
+	}
+}
+
+// The delays before a lost subscription is made again: the first, doubled
+// at each failure in a row up to the last, and back to the first once a
+// master confirms it.
+const (
+	subRetryMin = 50 * time.Millisecond
+	subRetryMax = time.Second
+)
+
+// run keeps s subscribed, each time on a new PubSub, and reads its
+// messages until it is stopped. A subscription that fails (the master
+// down, the connection killed) or panics (a go-redis hook of the
+// application's) is lost: its waiters no longer count on it (they ask
+// again within a node timeout, or at their keys' PTTL), and it is made
+// again after a delay that grows while it keeps failing (no busy loop).
+// Every confirmation wakes the waiters of the master to ask again, since a
+// release may have gone unheard meanwhile.
 func (w *waker) run(s *sub) {
 	defer w.wg.Done()
-	ctx := context.Background()
 	backoff := time.NewTimer(0)
 	<-backoff.C
 	defer backoff.Stop()
-	var err error
-	if w.c.shardedMask&bit(s.id.i) != 0 {
-		err = s.ps.SSubscribe(ctx, s.id.ch)
-	} else {
-		err = s.ps.Subscribe(ctx, s.id.ch)
-	}
+	delay := subRetryMin
 	for {
-		if err == nil {
-			var msg any
-			msg, err = s.ps.Receive(ctx)
-			switch m := msg.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-					w.confirmed(s, true)
-				}
-			case *redis.Message:
-				w.released(s.id.i, m.Payload)
-			}
+		ps := w.open(s)
+		if ps == nil {
+			return // stopped
 		}
+		err := w.listen(s, ps, &delay)
+		w.confirmed(s, false)
+		if _, panicked := err.(errPanicked); !panicked {
+			// A PubSub that panicked may hold its own lock (go-redis
+			// dials under it without a defer): closing it could block
+			// for ever. It is dropped instead; a panicking dial left it
+			// without a connection.
+			_ = ps.Close()
+		}
+		backoff.Reset(delay)
+		delay = min(2*delay, subRetryMax)
 		select {
 		case <-s.stop:
 			return
-		default:
-		}
-		if err != nil {
-			w.confirmed(s, false)
-			backoff.Reset(50 * time.Millisecond) // a master down: no busy loop
-			select {
-			case <-s.stop:
-				return
-			case <-backoff.C:
-			}
-			err = nil // the next Receive reconnects and subscribes again
+		case <-backoff.C:
 		}
 	}
+}
+
+// open makes a new PubSub for s, or returns nil once s is stopped.
+func (w *waker) open(s *sub) *redis.PubSub {
+	rdb := w.c.nodes[s.id.i].rdb
+	var ps *redis.PubSub
+	if w.c.shardedMask&bit(s.id.i) != 0 { // no channel yet: nothing is dialled
+		ps = rdb.SSubscribe(context.Background())
+	} else {
+		ps = rdb.Subscribe(context.Background())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-s.stop:
+		_ = ps.Close()
+		return nil
+	default:
+	}
+	s.ps = ps // for end, which closes it
+	return ps
+}
+
+// listen subscribes ps to s's channel and reads it until it fails, or
+// panics (the panic is returned as an errPanicked). A confirmation resets
+// *delay to the first retry delay.
+func (w *waker) listen(s *sub, ps *redis.PubSub, delay *time.Duration) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = errPanicked{v}
+		}
+	}()
+	ctx := context.Background()
+	if w.c.shardedMask&bit(s.id.i) != 0 {
+		err = ps.SSubscribe(ctx, s.id.ch)
+	} else {
+		err = ps.Subscribe(ctx, s.id.ch)
+	}
+	for err == nil {
+		var msg any
+		msg, err = ps.Receive(ctx)
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				*delay = subRetryMin
+				w.confirmed(s, true)
+			}
+		case *redis.Message:
+			w.released(s.id.i, m.Payload)
+		}
+	}
+	return err
 }
 
 // confirmed records that s is (or is no longer) confirmed, and on
@@ -391,8 +444,7 @@ func (w *waker) stop() {
 		if s.linger != nil {
 			s.linger.Stop()
 		}
-		close(s.stop)
-		_ = s.ps.Close()
+		s.end()
 		delete(w.subs, id)
 	}
 	w.mu.Unlock()
