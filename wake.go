@@ -577,14 +577,16 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 // WaitReleased waits until the current holder of key releases it, or its
 // lock expires: the wait of a worker that lost the race for a piece of
 // work (a cache entry to rebuild) and wants its result, not the lock. It
-// returns nil at once when key is not held on a quorum of masters; when
-// releases of key are announced by enough masters that it is no longer
-// held on a quorum (the same wake-up [WithWait] uses); or when a quorum of
-// the keys it saw could have expired and key is then found free. A key
-// that expired and was taken again before that check keeps it waiting for
-// the new holder. It returns an error when ctx ends (wrapping its cause),
-// on [Client.Close] (matching [ErrClosed]), or when too few masters answer
-// (matching [ErrUnavailable]).
+// returns nil once it finds key absent on a quorum of masters: at once
+// when it is, else after the releases of key are announced (the same
+// wake-up [WithWait] uses) or a quorum of the keys it saw could have
+// expired, whichever comes first, and it looks again. A release that
+// leaves the key in place (a lock held at least for a while,
+// [WithHoldAtLeast]) is announced, and WaitReleased then waits for the
+// rest of that while. A key that expired and was taken again before it
+// looked keeps it waiting for the new holder. It returns an error when ctx
+// ends (wrapping its cause), on [Client.Close] (matching [ErrClosed]), or
+// when too few masters answer (matching [ErrUnavailable]).
 func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	if ctx == nil {
 		return invalid("nil context")
@@ -610,7 +612,7 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 		o := c.newOp(opWatch, full, "", "")
 		rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
 		var held uint64
-		answered := 0
+		answered, absent := 0, 0
 		for i, nd := range rd.nodes {
 			switch nd.Err {
 			case nil: // held: read as a refusal with its PTTL, for quorumFree
@@ -619,9 +621,10 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 				rd.nodes[i].Err = ErrTaken
 			case errAbsent:
 				answered++
+				absent++
 			}
 		}
-		wait, _ := c.quorumFree(rd)
+		wait, ok := c.quorumFree(rd)
 		var err error
 		if answered < c.quorum {
 			err = c.quorumError("wait", rd, ErrUnavailable)
@@ -630,20 +633,22 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 		switch {
 		case err != nil:
 			return err
-		case bits.OnesCount64(held) < c.quorum:
+		case absent >= c.quorum:
 			return nil
+		}
+		if !ok { // a key without expiry: look again, not at once
+			wait = jitter(timeout/2, timeout)
 		}
 		if !subscribed {
 			wait = min(wait, timeout)
 		}
 		timer.Reset(wait + time.Millisecond)
-		// Released once fewer than a quorum hold it.
-		need := bits.OnesCount64(held) - c.quorum + 1
+		// Free on a quorum once so many of the masters that hold it
+		// announce a release; then look again: a release may have left
+		// the key for the rest of a minimum hold (keepScript).
+		need := c.quorum - absent
 		if cause := c.sleepUntil(ctx, w, x, timer, held, need); cause != nil {
 			return fmt.Errorf("redlock: waiting for %q to be released: %w", key, cause)
-		}
-		if released, retry := w.flags(x); !retry && bits.OnesCount64(released&held) >= need {
-			return nil
 		}
 	}
 }
