@@ -45,6 +45,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// waitMark follows the owner's token in the value of a key marked as
+// waited for (waitScript, watchScript); no token contains it (newToken is
+// base64url, and Attach refuses one that does).
+const waitMark = "!"
+
 // wakeChannel is the wake channel of a standalone or Sentinel master; a
 // Redis Cluster master publishes on the key's own sharded channel, named
 // like the key (see channelOf).
