@@ -207,6 +207,7 @@ type optionUse uint8
 const (
 	forObtain   optionUse = 1 << iota // WithRetry
 	forWatchdog                       // WithRenewEvery, WithMaxHold
+	forSet                            // ObtainMulti, DoMulti: not WithWait
 )
 
 // obtainOptions applies opts for a call that uses what use says.
@@ -231,6 +232,9 @@ func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
 	}
 	if oc.wait && use&forObtain == 0 {
 		return oc, invalid("WithWait applies to Obtain and Do, which wait for the lock; this call does not")
+	}
+	if oc.wait && use&forSet != 0 {
+		return oc, invalid("WithWait applies to a lock on one key (Obtain, Do); ObtainMulti and DoMulti wait for a set with WithRetry")
 	}
 	if oc.wait && oc.retrySet {
 		return oc, invalid("WithWait and WithRetry both say how to wait for the lock: pass one")
@@ -307,6 +311,12 @@ func (withWait) applyObtain(c *obtainConfig) { c.wait = true }
 // SSUBSCRIBE, Redis 7, on a Redis Cluster) to the clients' users; a Client
 // keeps one subscription per master (per key on a Cluster) while it has
 // waiters, and 2s after. It cannot be combined with [WithRetry].
+//
+// A key held by a lock on several keys ([Client.ObtainMulti]) is waited for
+// like any other: the set's Release announces each of its keys a waiter
+// marked. [Client.ObtainMulti] and [Client.DoMulti] themselves refuse
+// WithWait ([ErrInvalidArgument]), also for a set of one key: a set waits
+// with [WithRetry].
 func WithWait() ObtainOption { return withWait{} }
 
 type renewEvery time.Duration

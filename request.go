@@ -139,7 +139,7 @@ func (r *request) build(eval, fresh bool) {
 	var s *script
 	a := r.argv[:0]
 	if r.set != nil {
-		s, a = r.set.args(&r.op, a)
+		s, a = r.set.args(&r.op, a, r.sharded&bit(r.idx) != 0)
 		r.script(s, a, eval, fresh)
 		return
 	}

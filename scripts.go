@@ -365,7 +365,7 @@ var acquireSetScript = newScript(`local n = tonumber(ARGV[2])
 local mine = 0
 for i = 1, n do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
-	if v == ARGV[1] then
+	if v == ARGV[1] or v == ARGV[1] .. '!' then -- a waiter may have marked it since the first run
 		mine = mine + 1
 	elseif v then
 		return -i
@@ -403,7 +403,7 @@ for i = 1, n do
 end
 return top
 `,
-	"67d7658ff9753955680547471ebcf2c0272ed836")
+	"ee827e399c5a489f52e7cba9d9eec3a84a7a73f0")
 
 // raiseSetScript is raiseScript for a set: it raises every key's counter to
 // the lock's fence, if every key of the set is still ours on this master.
@@ -415,7 +415,8 @@ return top
 //	returns        1 raised (or already at least the fence), 0 a key is not ours there
 var raiseSetScript = newScript(`local n = #KEYS / 2
 for i = 1, n do
-	if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+	local v = redis.call('GET', KEYS[i])
+	if v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
 		return 0
 	end
 end
@@ -427,7 +428,7 @@ for i = n + 1, 2 * n do
 end
 return 1
 `,
-	"583fe257327bbf6b2ff9a4acfa8d87e91e0c4bd7")
+	"ac05fca01fa89729eea19a955b8f20c930bdbb27")
 
 // extendSetScript is extendScript for a set: if no key holds another
 // owner's token, it makes each key still ours last at least TTL more
@@ -452,7 +453,7 @@ for i = 1, n do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
 	if v == false then
 		gone[i] = true
-	elseif v ~= ARGV[1] then
+	elseif v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
 		return 0
 	end
 end
@@ -477,27 +478,39 @@ if next(gone) then
 end
 return 1
 `,
-	"595edad7a35aa00fea520d95c027e09892377581")
+	"6f45818f50871de5e220a95f0c5a436ed91900c0")
 
 // releaseSetScript is releaseScript (and keepScript) for a set: it deletes
 // every key that still holds our token, and never another owner's; with
 // the rest of a minimum hold (WithHoldAtLeast) it keeps each of ours for
-// that long instead.
+// that long instead. Each of ours that a waiter marked (our token and the
+// wait mark) is announced on the wake channel as releaseScript announces
+// a single key: PUBLISH on "redlock:wake", or, on a Redis Cluster master
+// (ARGV[3] set), SPUBLISH on the key's own channel.
 //
 //	KEYS[1..n]  lock keys
 //	ARGV[1]     owner token
-//	ARGV[2]     the rest of the minimum hold in milliseconds, if any
+//	ARGV[2]     the rest of the minimum hold in milliseconds, or "" (delete)
+//	ARGV[3]     present on a Redis Cluster master: publish with SPUBLISH
 //	returns     1 every key was ours (deleted or kept), 0 a key held
 //	            another owner's token, -1 a key was absent (ours deleted
 //	            or kept either way)
 var releaseSetScript = newScript(`local other, gone = false, false
+local marked = ARGV[1] .. '!'
 for i = 1, #KEYS do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
-	if v == ARGV[1] then
-		if ARGV[2] then
+	if v == ARGV[1] or v == marked then
+		if ARGV[2] ~= '' then
 			redis.call('PEXPIRE', KEYS[i], ARGV[2])
 		else
 			redis.call('DEL', KEYS[i])
+		end
+		if v == marked then
+			if ARGV[3] then
+				redis.call('SPUBLISH', KEYS[i], KEYS[i])
+			else
+				redis.call('PUBLISH', 'redlock:wake', KEYS[i])
+			end
 		end
 	elseif v then
 		other = true
@@ -513,4 +526,4 @@ if gone then
 end
 return 1
 `,
-	"e26539cf1f5410a3750e8a08915325355d233d50")
+	"e2567c5ebfcf3fa686a0f0bb0ad5f6b1c2faab06")

@@ -496,7 +496,7 @@ func TestWaitOptionChecks(t *testing.T) {
 // TestWaitOnRedisCluster: on a Redis Cluster master a waiter marks the
 // key, and the release announces it on the key's own sharded channel
 // (SPUBLISH, in the key's slot); the waiter is woken by it, not by the
-// holder's 20s TTL, for keys on every shard.
+// holder's 20s TTL, for keys on every shard, and for a key of a set.
 func TestWaitOnRedisCluster(t *testing.T) {
 	rc := startCluster(t, 3)
 	ctx := t.Context()
@@ -542,4 +542,35 @@ func TestWaitOnRedisCluster(t *testing.T) {
 		}
 		w.l.Release(ctx)
 	}
+	// A key held by a set (one slot: one hash tag) is announced the same
+	// way by the set's Release.
+	set, err := cs[0].ObtainMulti(ctx, []string{"{s}:a", "{s}:b"}, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := waitFor(ctx, cs[1], "{s}:b", 20*time.Second)
+	cc := rc.Client()
+	redistest.Eventually(t, func() error {
+		if v := get(t, cc, "lock:{s}:b"); !strings.HasSuffix(v, "!") {
+			return fmt.Errorf("{s}:b holds %q, not marked", v)
+		}
+		n, err := cc.PubSubShardNumSub(ctx, "lock:{s}:b").Result()
+		if err != nil || n["lock:{s}:b"] == 0 {
+			return fmt.Errorf("nobody subscribed to {s}:b (%v)", err)
+		}
+		return nil
+	})
+	cc.Close()
+	released := time.Now()
+	if err := set.Release(ctx); err != nil {
+		t.Fatalf("release of a set with a marked key: %v", err)
+	}
+	w := outcome(t, ch, 5*time.Second)
+	if w.err != nil {
+		t.Fatalf("{s}:b: %v", w.err)
+	}
+	if d := time.Since(released); d > time.Second {
+		t.Errorf("{s}:b: obtained %v after the set's release, want woken at once", d)
+	}
+	w.l.Release(ctx)
 }
