@@ -80,6 +80,21 @@ func outcome(t *testing.T, ch <-chan waited, within time.Duration) waited {
 	}
 }
 
+// wokenBy waits for a waiting Obtain's outcome, which must be a lock
+// obtained within bound of since (a release: woken by it, well before the
+// holder's TTL), and returns the lock.
+func wokenBy(t *testing.T, ch <-chan waited, since time.Time, bound time.Duration) *redlock.Lock {
+	t.Helper()
+	w := outcome(t, ch, bound+10*time.Second)
+	if w.err != nil {
+		t.Fatalf("waiting Obtain: %v", w.err)
+	}
+	if d := time.Since(since); d > bound {
+		t.Errorf("obtained %v after the release, want within %v: woken by it, well before the holder's TTL", d, bound)
+	}
+	return w.l
+}
+
 // TestWaitWokenByRelease: a waiter is woken by the release, not by its
 // timer (the holder's TTL is 20s), over one master and over three.
 func TestWaitWokenByRelease(t *testing.T) {
@@ -189,14 +204,7 @@ func TestWaitSubscriptionSurvivesPanickingHook(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w := outcome(t, ch, 10*time.Second)
-	if w.err != nil {
-		t.Fatalf("waiting Obtain: %v", w.err)
-	}
-	if d := time.Since(released); d > 3*time.Second {
-		t.Errorf("obtained %v after the release, want it woken long before the 20s TTL", d)
-	}
-	if err := w.l.Release(ctx); err != nil {
+	if err := wokenBy(t, ch, released, 3*time.Second).Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -511,13 +519,13 @@ func TestWaitOnRedisCluster(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		cs = append(cs, c)
 	}
-	for _, k := range []string{"a", "b", "c", "user:{42}"} {
-		held, err := cs[0].Obtain(ctx, k, 20*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+	// woken checks that a waiter of key k marks it, and that release,
+	// once the waiter is subscribed, wakes it.
+	woken := func(k string, release func(context.Context) error) {
+		t.Helper()
 		ch := waitFor(ctx, cs[1], k, 20*time.Second)
 		cc := rc.Client()
+		defer cc.Close()
 		redistest.Eventually(t, func() error {
 			if v := get(t, cc, "lock:"+k); !strings.HasSuffix(v, "!") {
 				return fmt.Errorf("%s holds %q, not marked", k, v)
@@ -528,19 +536,18 @@ func TestWaitOnRedisCluster(t *testing.T) {
 			}
 			return nil
 		})
-		cc.Close()
 		released := time.Now()
-		if err := held.Release(ctx); err != nil {
+		if err := release(ctx); err != nil {
 			t.Fatalf("%s: release of a marked key: %v", k, err)
 		}
-		w := outcome(t, ch, 5*time.Second)
-		if w.err != nil {
-			t.Fatalf("%s: %v", k, w.err)
+		wokenBy(t, ch, released, time.Second).Release(ctx)
+	}
+	for _, k := range []string{"a", "b", "c", "user:{42}"} {
+		held, err := cs[0].Obtain(ctx, k, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if d := time.Since(released); d > time.Second {
-			t.Errorf("%s: obtained %v after the release, want woken at once", k, d)
-		}
-		w.l.Release(ctx)
+		woken(k, held.Release)
 	}
 	// A key held by a set (one slot: one hash tag) is announced the same
 	// way by the set's Release.
@@ -548,29 +555,5 @@ func TestWaitOnRedisCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := waitFor(ctx, cs[1], "{s}:b", 20*time.Second)
-	cc := rc.Client()
-	redistest.Eventually(t, func() error {
-		if v := get(t, cc, "lock:{s}:b"); !strings.HasSuffix(v, "!") {
-			return fmt.Errorf("{s}:b holds %q, not marked", v)
-		}
-		n, err := cc.PubSubShardNumSub(ctx, "lock:{s}:b").Result()
-		if err != nil || n["lock:{s}:b"] == 0 {
-			return fmt.Errorf("nobody subscribed to {s}:b (%v)", err)
-		}
-		return nil
-	})
-	cc.Close()
-	released := time.Now()
-	if err := set.Release(ctx); err != nil {
-		t.Fatalf("release of a set with a marked key: %v", err)
-	}
-	w := outcome(t, ch, 5*time.Second)
-	if w.err != nil {
-		t.Fatalf("{s}:b: %v", w.err)
-	}
-	if d := time.Since(released); d > time.Second {
-		t.Errorf("{s}:b: obtained %v after the set's release, want woken at once", d)
-	}
-	w.l.Release(ctx)
+	woken("{s}:b", set.Release)
 }
