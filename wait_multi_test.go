@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 // Waiting (WithWait, WaitReleased) on keys held by locks on several keys
@@ -100,14 +101,17 @@ func TestSetWithMarkedKeysExtendsAndReleases(t *testing.T) {
 			if err := set.Extend(ctx, 10*time.Second); err != nil {
 				t.Fatalf("Extend of a set with a marked key: %v", err)
 			}
-			for i, c := range clients {
-				if v := get(t, c, "y"); v != set.Token()+"!" {
-					t.Errorf("master %d: y holds %q after Extend, want the token and the mark", i, v)
+			redistest.Eventually(t, func() error { // Extend returns at a quorum
+				for i, c := range clients {
+					if v := get(t, c, "y"); v != set.Token()+"!" {
+						return fmt.Errorf("master %d: y holds %q after Extend, want the token and the mark", i, v)
+					}
+					if ttl := c.PTTL(ctx, "y").Val(); ttl < 5*time.Second {
+						return fmt.Errorf("master %d: y has %v left after Extend to 10s", i, ttl)
+					}
 				}
-				if ttl := c.PTTL(ctx, "y").Val(); ttl < 5*time.Second {
-					t.Errorf("master %d: y has %v left after Extend to 10s", i, ttl)
-				}
-			}
+				return nil
+			})
 			again, err := a.AttachMulti(ctx, keys, set.Token(), 10*time.Second, set.Fence())
 			if err != nil {
 				t.Fatalf("AttachMulti of a set with a marked key: %v", err)
@@ -123,14 +127,19 @@ func TestSetWithMarkedKeysExtendsAndReleases(t *testing.T) {
 			if err := again.Release(ctx); err != nil {
 				t.Fatalf("Release of a set with a marked key: %v", err)
 			}
-			for i, c := range clients {
-				// y may be the waiter's already: the Release woke it.
-				for _, k := range keys {
-					if v := get(t, c, k); strings.HasPrefix(v, set.Token()) {
-						t.Errorf("master %d: %s holds %q after the Release", i, k, v)
+			// Release returns at a quorum: the last master may run it
+			// just after. y may be the waiter's already: the Release woke
+			// it.
+			redistest.Eventually(t, func() error {
+				for i, c := range clients {
+					for _, k := range keys {
+						if v := get(t, c, k); strings.HasPrefix(v, set.Token()) {
+							return fmt.Errorf("master %d: %s holds %q after the Release", i, k, v)
+						}
 					}
 				}
-			}
+				return nil
+			})
 			w := outcome(t, ch, 15*time.Second)
 			if w.err != nil {
 				t.Fatalf("waiting Obtain: %v", w.err)
