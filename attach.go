@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -20,7 +21,10 @@ import (
 // [ErrLockLost] when refusals rule out a quorum (the token is gone from more
 // than N - quorum masters), and one matching [ErrUnavailable] when too few
 // masters answered. The original handle, if it still exists, holds the
-// same lock: keep one of them renewing it.
+// same lock: keep one of them renewing it. A token that contains "!" (the
+// mark a waiter appends to a held key's value, see [WithWait]) is no lock's
+// token: it is refused before any request, with an error matching both
+// ErrLockLost and [ErrInvalidArgument].
 //
 // A lock on several keys ([Client.ObtainMulti]) is attached with
 // [Client.AttachMulti] and its whole set: Attach of its first key alone
@@ -51,6 +55,13 @@ func (c *Client) attach(ctx context.Context, key string, set *keySet, token stri
 	if token == "" {
 		return nil, invalid("empty token")
 	}
+	if strings.Contains(token, waitMark) {
+		// A key's value is its owner's token, with the wait mark after it
+		// once a waiter found it held (wake.go): the scripts take a value
+		// as ours when it is the token or the token and the mark, exact
+		// only while no token contains the mark. No lock's token does.
+		return nil, fmt.Errorf("%w (%w): token %q contains %q, the wait mark a waiter appends to a held key's value; no lock's token contains it (pass Lock.Token, or KeyState.Holder, which leave it out)", ErrLockLost, unprefixed{ErrInvalidArgument}, token, waitMark)
+	}
 	if fence < 0 || (fence > 0 && !c.cfg.fencing) {
 		return nil, invalid("fence %d: a fence is >= 1, and only for a Client made WithFencing", fence)
 	}
@@ -61,7 +72,7 @@ func (c *Client) attach(ctx context.Context, key string, set *keySet, token stri
 	start := time.Now()
 	l := &Lock{c: c, key: key, token: token, fence: fence, obtained: start}
 	l.ttl.Store(int64(ttl))
-	l.op = newOp(opAcquire, full, ckey, token)
+	l.op = c.newOp(opAcquire, full, ckey, token)
 	if set != nil {
 		l.op = set.acquire(token, nil)
 	}

@@ -53,6 +53,9 @@ var (
 var (
 	errAbsent  = errors.New("redlock: lock key absent")
 	errNoReply = errors.New("redlock: no reply before the outcome was decided")
+	// errNotAsked marks a master a gated round (fanoutGated) did not ask
+	// because its first master refused.
+	errNotAsked = errors.New("redlock: not asked: the first master asked refused")
 )
 
 // unprefixed wraps an error of this package for use inside another's

@@ -12,15 +12,16 @@ package redlock
 // master's shard (shards.go): one lock's requests keep their order, as a
 // single key's do.
 type keySet struct {
-	names []string // as the caller named them, duplicates dropped, first occurrence first
-	keys  []any    // the lock keys in Redis (prefix applied), strings
-	ckeys []any    // their fence counters (counterKey), with fencing; nil without
-	n, n2 any      // len(names) and 2*len(names), boxed int64s
+	names   []string // as the caller named them, duplicates dropped, first occurrence first
+	keys    []any    // the lock keys in Redis (prefix applied), strings
+	ckeys   []any    // their fence counters (counterKey), with fencing; nil without
+	n, n2   any      // len(names) and 2*len(names), boxed int64s
+	sharded uint64   // the Client's Redis Cluster masters (op.sharded)
 }
 
 // newKeySet boxes names, distinct and valid, for c's requests.
 func (c *Client) newKeySet(names []string) *keySet {
-	s := &keySet{names: names, keys: make([]any, len(names)), n: int64(len(names)), n2: int64(2 * len(names))}
+	s := &keySet{names: names, keys: make([]any, len(names)), n: int64(len(names)), n2: int64(2 * len(names)), sharded: c.shardedMask}
 	if c.cfg.fencing {
 		s.ckeys = make([]any, len(names))
 	}
@@ -38,7 +39,7 @@ func (c *Client) newKeySet(names []string) *keySet {
 // counter key are the first key's, for the lane and for op.with (which
 // sends a fence to an Extend when the lock has a counter).
 func (s *keySet) acquire(token string, ttl any) op {
-	o := op{kind: opAcquireSet, key: s.keys[0], token: token, ttl: ttl, set: s}
+	o := op{kind: opAcquireSet, key: s.keys[0], token: token, ttl: ttl, set: s, sharded: s.sharded}
 	if s.ckeys != nil {
 		o.ckey = s.ckeys[0]
 	}
@@ -47,8 +48,9 @@ func (s *keySet) acquire(token string, ttl any) op {
 
 // args appends to a (which holds nothing yet) the arguments of o's script
 // after its first two (EVALSHA or EVAL, and the script), which it leaves
-// nil, and returns the script.
-func (s *keySet) args(o *op, a []any) (*script, []any) {
+// nil, and returns the script. cluster says the master is a Redis Cluster,
+// where a Release announces a marked key on the key's sharded channel.
+func (s *keySet) args(o *op, a []any, cluster bool) (*script, []any) {
 	switch o.kind {
 	case opAcquireSet:
 		a = s.keysArgs(a, s.ckeys != nil)
@@ -66,6 +68,11 @@ func (s *keySet) args(o *op, a []any) (*script, []any) {
 		a = append(s.keysArgs(a, false), o.token)
 		if o.ttl != nil { // kept for the rest of a minimum hold
 			a = append(a, o.ttl)
+		} else {
+			a = append(a, "")
+		}
+		if cluster {
+			a = append(a, "s") // announce marked keys on their sharded channels
 		}
 		return &releaseSetScript, a
 	}

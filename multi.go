@@ -29,7 +29,9 @@ const MaxKeys = 64
 // and a failed attempt releases the set on every master that may have
 // taken it. Under contention they take turns as contenders for one key do;
 // give them a retry strategy ([WithRetry]), whose jitter keeps them from
-// colliding again.
+// colliding again. [WithWait] is refused ([ErrInvalidArgument]): a set is
+// not woken by releases. Waiters of a single key that a set holds are: the
+// set's Release announces every key of it that a waiter marked.
 //
 // The lock acts as one from then on: [Lock.Extend], [Lock.Release],
 // [Lock.Do], [Lock.KeepAlive] and a watchdog act on the whole set, one
@@ -66,7 +68,7 @@ func (c *Client) ObtainMulti(ctx context.Context, keys []string, ttl time.Durati
 	if err != nil {
 		return nil, c.closedObtain(err)
 	}
-	oc, err := obtainOptions(opts, forObtain)
+	oc, err := obtainOptions(opts, forObtain|forSet)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +85,7 @@ func (c *Client) DoMulti(ctx context.Context, keys []string, ttl time.Duration, 
 	if err != nil {
 		return c.closedObtain(err)
 	}
-	return c.doOn(ctx, key, set, ttl, fn, opts)
+	return c.doOn(ctx, key, set, forSet, ttl, fn, opts)
 }
 
 // Keys returns the keys the lock holds, without the client's prefix: the

@@ -195,6 +195,13 @@ func TestHashSlot(t *testing.T) {
 	}
 }
 
+// onCluster marks o's master 0 (the request's, in TestSetRequests) as a
+// Redis Cluster, whose Release announces marked keys with SPUBLISH.
+func onCluster(o op) op {
+	o.sharded = bit(0)
+	return o
+}
+
 // TestSetRequests: how each request on a set is encoded, with and without
 // fencing, and how a set's acquire reply reads.
 func TestSetRequests(t *testing.T) {
@@ -217,7 +224,9 @@ func TestSetRequests(t *testing.T) {
 		{"fenced extend", withRetake(fenced.acquire("t", ttl).with(opExtend, ttl, 7), by),
 			[]any{"evalsha", extendSetScript.sha, int64(4), "p:a", "p:b", "{p:a}:fence", "{p:b}:fence", "t", int64(2), ttl, by, int64(7)}},
 		{"release", fenced.acquire("t", ttl).with(opRelease, nil, 0),
-			[]any{"evalsha", releaseSetScript.sha, int64(2), "p:a", "p:b", "t"}},
+			[]any{"evalsha", releaseSetScript.sha, int64(2), "p:a", "p:b", "t", ""}},
+		{"release on a Cluster master", onCluster(fenced.acquire("t", ttl).with(opRelease, nil, 0)),
+			[]any{"evalsha", releaseSetScript.sha, int64(2), "p:a", "p:b", "t", "", "s"}},
 		{"kept", fenced.acquire("t", ttl).with(opRelease, int64(300), 0),
 			[]any{"evalsha", releaseSetScript.sha, int64(2), "p:a", "p:b", "t", int64(300)}},
 	} {

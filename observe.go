@@ -168,7 +168,7 @@ func (c *Client) health(ctx context.Context, rd *round) {
 	for i, n := range c.nodes {
 		err := rd.nodes[i].Err
 		switch {
-		case err == errNoReply || errors.Is(err, errSkipped):
+		case err == errNoReply || err == errNotAsked || errors.Is(err, errSkipped):
 			// decided without it, or not asked: no news
 		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || answered(err):
 			if n.down.CompareAndSwap(true, false) {

@@ -194,6 +194,7 @@ type ObtainOption interface{ applyObtain(*obtainConfig) }
 type obtainConfig struct {
 	retry       RetryStrategy // NoRetry unless set
 	retrySet    bool
+	wait        bool          // WithWait
 	holdAtLeast time.Duration // 0: Release deletes at once
 	renewEvery  time.Duration // 0: ttl/3
 	maxHold     time.Duration // 0: no cap
@@ -206,6 +207,7 @@ type optionUse uint8
 const (
 	forObtain   optionUse = 1 << iota // WithRetry
 	forWatchdog                       // WithRenewEvery, WithMaxHold
+	forSet                            // ObtainMulti, DoMulti: not WithWait
 )
 
 // obtainOptions applies opts for a call that uses what use says.
@@ -227,6 +229,15 @@ func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
 		if err := checkStrategy(oc.retry); err != nil {
 			return oc, err
 		}
+	}
+	if oc.wait && use&forObtain == 0 {
+		return oc, invalid("WithWait applies to Obtain and Do, which wait for the lock; this call does not")
+	}
+	if oc.wait && use&forSet != 0 {
+		return oc, invalid("WithWait applies to a lock on one key (Obtain, Do); ObtainMulti and DoMulti wait for a set with WithRetry")
+	}
+	if oc.wait && oc.retrySet {
+		return oc, invalid("WithWait and WithRetry both say how to wait for the lock: pass one")
 	}
 	if oc.holdAtLeast != 0 && use&forObtain == 0 {
 		return oc, invalid("WithHoldAtLeast applies to Obtain and Do, which take the lock; this call does not")
@@ -271,6 +282,42 @@ func (w withRetry) applyObtain(c *obtainConfig) { c.retry, c.retrySet = w.s, tru
 // WithRetry sets how Obtain retries after a failed attempt. Default
 // [NoRetry]: one attempt. Retries never outlast the context's deadline.
 func WithRetry(s RetryStrategy) ObtainOption { return withRetry{s} }
+
+type withWait struct{}
+
+func (withWait) applyObtain(c *obtainConfig) { c.wait = true }
+
+// WithWait makes Obtain (and Do) wait for the lock until it is obtained or
+// ctx ends, without polling. A waiter that finds the key held marks it as
+// waited for (the key's value becomes the holder's token followed by "!"),
+// and the release of a marked key is published on the master's wake
+// channel ("redlock:wake"; on a Redis Cluster master, SPUBLISH on a
+// channel named like the key); the waiter tries again when enough masters
+// announced the release for a quorum to be free, or when a quorum of the
+// keys that refused it could have expired, whichever comes first, so a
+// lost announcement costs at most the holder's remaining TTL. The release
+// reserves nothing: the key is free for whoever asks first, a try-once
+// Obtain included.
+//
+// Order: the waiters of one Client and key take turns in the order they
+// began to wait, and only the first of them asks the masters; across
+// Clients there is no order, their first waiters race at each release. At
+// N > 1 a woken waiter asks one master first (the same for every Client
+// that names the masters alike) and the others once it granted, so that
+// waiters woken together do not split the masters between them.
+//
+// Give ctx a deadline to bound the wait; [Client.Close] ends it
+// ([ErrClosed]). The masters must allow PUBLISH and SUBSCRIBE (SPUBLISH and
+// SSUBSCRIBE, Redis 7, on a Redis Cluster) to the clients' users; a Client
+// keeps one subscription per master (per key on a Cluster) while it has
+// waiters, and 2s after. It cannot be combined with [WithRetry].
+//
+// A key held by a lock on several keys ([Client.ObtainMulti]) is waited for
+// like any other: the set's Release announces each of its keys a waiter
+// marked. [Client.ObtainMulti] and [Client.DoMulti] themselves refuse
+// WithWait ([ErrInvalidArgument]), also for a set of one key: a set waits
+// with [WithRetry].
+func WithWait() ObtainOption { return withWait{} }
 
 type renewEvery time.Duration
 

@@ -76,7 +76,10 @@ type Client struct {
 	closing  chan struct{}  // closed when Close starts
 	finished chan struct{}  // closed when Close has finished
 
-	sharded bool // a master shards keys by hash slot (Cluster, Ring)
+	sharded     bool   // a master shards keys by hash slot (Cluster, Ring)
+	shardedMask uint64 // bit i: master i is a Redis Cluster (wake.go)
+
+	wake *waker // made by the first wait (wake.go); guarded by mu
 
 	// Pools for the hot path; see round.go.
 	rounds, requests, timers sync.Pool
@@ -169,6 +172,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	for i, m := range masters {
 		if _, ok := m.(*redis.ClusterClient); ok {
 			c.sharded = true
+			c.shardedMask |= bit(i)
 		}
 		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.cfg, &c.requests, &c.wg))
 	}
@@ -194,8 +198,12 @@ func (c *Client) Close() error {
 		return nil
 	}
 	close(c.closing)
+	w := c.wake
 	c.mu.Unlock()
 	c.dos.Wait()
+	if w != nil {
+		w.stop()
+	}
 	for _, n := range c.nodes {
 		n.close()
 	}
@@ -262,6 +270,9 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 // obtainLoop makes the attempts; it returns the lock, how many attempts it
 // made, and, with an Observer, the winning attempt's answers.
 func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (_ *Lock, n int, _ []NodeError, _ error) {
+	if oc.wait {
+		return c.obtainWait(ctx, key, ttl)
+	}
 	var timer *time.Timer
 	var last error
 	for n = 1; ; n++ {
@@ -269,16 +280,8 @@ func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, 
 		if err == nil {
 			return lock, n, nodes, nil
 		}
-		if cause := ended(ctx); cause != nil || c.closed.Load() {
-			if last != nil && !errors.Is(err, ErrTaken) {
-				// The context or Close cut this attempt short: the one
-				// before says more (who holds the lock).
-				err = last
-			}
-			if cause != nil {
-				return nil, n, nil, wrapCause(err, cause)
-			}
-			return nil, n, nil, wrapCause(err, ErrClosed)
+		if err := c.cutShort(ctx, err, last); err != nil {
+			return nil, n, nil, err
 		}
 		last = err
 		wait, ok := oc.retry.NextWait(n, err)
@@ -309,6 +312,25 @@ func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, 
 		case <-timer.C:
 		}
 	}
+}
+
+// cutShort returns, when ctx has ended or the Client is closing, the error
+// a waiting Obtain ends with after its attempt failed with err (last: the
+// attempt before's error); nil while the wait goes on.
+func (c *Client) cutShort(ctx context.Context, err, last error) error {
+	cause := ended(ctx)
+	if cause == nil && !c.closed.Load() {
+		return nil
+	}
+	if last != nil && !errors.Is(err, ErrTaken) {
+		// The context or Close cut this attempt short: the one before
+		// says more (who holds the lock).
+		err = last
+	}
+	if cause != nil {
+		return wrapCause(err, cause)
+	}
+	return wrapCause(err, ErrClosed)
 }
 
 // ended returns why ctx ended, or nil. A deadline that has passed counts
@@ -409,12 +431,25 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 // attempt makes one try at the lock: on key, or, with set, on every key of
 // the set at once (key is then its first).
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet) (*Lock, []NodeError, error) {
+	l, nodes, _, _, err := c.try(ctx, key, ttl, set, newToken(), false, -1)
+	return l, nodes, err
+}
+
+// try makes one try at the lock with token, on key or on set as attempt
+// does; marking (one key only), it also marks the key as waited for on the
+// masters that refuse (waitScript, wake.go). A failed try says which
+// masters it did not get (blocked, bit i for master i: refused, or no
+// answer before the outcome was decided, which may be a refusal too) and
+// how long until a quorum of the masters could be free (their keys' PTTL;
+// see quorumFree), or about a node timeout when they did not say. With
+// gate >= 0 it asks that master first (fanoutGated).
+func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *keySet, token string, marking bool, gate int) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
 	if ctx.Err() != nil {
-		return nil, nil, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
+		return nil, nil, 0, 0, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
 	start := time.Now()
 	timeout := c.cfg.timeout(ttl)
-	l := &Lock{c: c, key: key, token: newToken(), obtained: start}
+	l := &Lock{c: c, key: key, token: token, obtained: start}
 	l.ttl.Store(int64(ttl))
 	if set != nil {
 		l.op = set.acquire(l.token, c.boxTTL(ttl))
@@ -423,9 +458,12 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set
 		if c.cfg.fencing {
 			kind, ckey = opAcquireFenced, counterKey(full)
 		}
-		l.op = newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
+		if marking {
+			kind = opAcquireWait
+		}
+		l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
 	}
-	rd := c.fanout(ctx, l.op, start.Add(timeout), timeout)
+	rd := c.fanoutGated(ctx, l.op, start.Add(timeout), timeout, gate)
 	defer rd.done()
 	if c.cfg.fencing && rd.ok >= c.quorum {
 		l.fence = c.raise(ctx, rd, l, timeout)
@@ -439,9 +477,22 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set
 			if c.cfg.obs != nil {
 				nodes = slices.Clone(rd.nodes)
 			}
-			return l, nodes, nil
+			return l, nodes, 0, 0, nil
 		}
 		lapsed = true
+	}
+	if gate >= 0 && rd.nodes[gate].Err == ErrTaken { // nobody else asked
+		wait, blocked = time.Duration(max(rd.vals[gate], 0))*time.Millisecond, bit(gate)
+	} else {
+		var ok bool
+		if wait, ok = c.quorumFree(rd); !ok {
+			wait = jitter(timeout/2, timeout)
+		}
+		for i, n := range rd.nodes {
+			if n.Err != nil && n.Err != errAbsent {
+				blocked |= bit(i)
+			}
+		}
 	}
 	c.undo(ctx, rd, l.op, timeout)
 	if lapsed {
@@ -454,7 +505,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set
 	if set != nil {
 		set.blocked(rd)
 	}
-	return nil, nil, c.quorumError("obtain", rd, ErrNotObtained)
+	return nil, nil, wait, blocked, c.quorumError("obtain", rd, ErrNotObtained)
 }
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,8 @@ const (
 	opExtend                      // extendScript, or extendFencedScript with a counter
 	opRelease                     // releaseScript, or keepScript with a TTL
 	opAcquireSet                  // acquireSetScript: a lock on several keys (keyset.go)
+	opAcquireWait                 // waitScript: a waiting Obtain's acquire (wake.go)
+	opWatch                       // watchScript: Client.WaitReleased (wake.go)
 )
 
 // An op is what a round asks of every master. Its arguments are boxed once
@@ -31,8 +34,11 @@ type op struct {
 	key, ckey, token any // strings; ckey is nil without fencing
 	ttl, fence       any // int64 milliseconds, int64
 	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
-	deadline         time.Time
-	done             <-chan struct{} // the caller's context; a request it ends before sending is dropped
+	// sharded has bit i set for a master that is a Redis Cluster: a
+	// release there announces itself on a sharded channel (wake.go).
+	sharded  uint64
+	deadline time.Time
+	done     <-chan struct{} // the caller's context; a request it ends before sending is dropped
 	// vals is the caller's context, for its values only (a span for a
 	// go-redis hook); it lives as long as the request.
 	vals   context.Context
@@ -133,7 +139,7 @@ func (r *request) build(eval, fresh bool) {
 	var s *script
 	a := r.argv[:0]
 	if r.set != nil {
-		s, a = r.set.args(&r.op, a)
+		s, a = r.set.args(&r.op, a, r.sharded&bit(r.idx) != 0)
 		r.script(s, a, eval, fresh)
 		return
 	}
@@ -160,11 +166,22 @@ func (r *request) build(eval, fresh bool) {
 		} else {
 			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy)
 		}
+	case opAcquireWait: // safe to send again: it finds our own token
+		if r.ckey == nil {
+			s, a = &waitScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
+		} else {
+			s, a = &waitScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
+		}
+	case opWatch:
+		s, a = &watchScript, append(a, nil, nil, 1, r.key)
 	default:
 		if r.ttl != nil { // kept for the rest of a minimum hold
 			s, a = &keepScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
 		} else {
 			s, a = &releaseScript, append(a, nil, nil, 1, r.key, r.token)
+		}
+		if r.sharded&bit(r.idx) != 0 {
+			a = append(a, "s") // announce on the key's sharded channel
 		}
 	}
 	r.script(s, a, eval, fresh)
@@ -239,9 +256,18 @@ func (r *request) result(n *node) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if r.kind == opAcquireWait {
+		return r.pair()
+	}
 	v, err := r.cmd.Int64()
 	if err != nil {
 		return 0, err
+	}
+	if r.kind == opWatch {
+		if v == -2 {
+			return 0, errAbsent
+		}
+		return v, nil
 	}
 	switch {
 	case v > 0:
@@ -255,6 +281,23 @@ func (r *request) result(n *node) (int64, error) {
 	default:
 		return 0, errAbsent
 	}
+}
+
+// pair reads the {flag, number} reply of waitScript: the fence (or 0) when
+// taken, or the key's PTTL with ErrTaken when held by another owner.
+func (r *request) pair() (int64, error) {
+	vs, err := r.cmd.Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(vs) != 2 {
+		return 0, fmt.Errorf("redlock: unexpected reply %v", vs)
+	}
+	n, _ := vs[1].(int64)
+	if f, _ := vs[0].(int64); f == 1 {
+		return n, nil
+	}
+	return n, ErrTaken
 }
 
 // deletedBefore reports whether an earlier Release of the lock deleted its

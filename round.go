@@ -95,6 +95,16 @@ func (c *Client) send(i int, o *op, rd *round) {
 // ctx ended. Requests still in flight then finish in the background. The
 // caller calls rd.done. timeout is the node timeout, for error messages.
 func (c *Client) fanout(ctx context.Context, o op, deadline time.Time, timeout time.Duration) *round {
+	return c.fanoutGated(ctx, o, deadline, timeout, -1)
+}
+
+// fanoutGated is fanout that, with gate >= 0, asks master gate first and
+// the others only once it did not refuse; when it refuses, the others are
+// marked errNotAsked. Contenders that all ask the same master first are
+// told apart there, at the cost of a round trip: at N > 1 contenders that
+// ask every master at once split the masters between them and nobody gets
+// a quorum. Waiters woken by the same release use it (wake.go).
+func (c *Client) fanoutGated(ctx context.Context, o op, deadline time.Time, timeout time.Duration, gate int) *round {
 	rd := c.round()
 	o.deadline = capDeadline(ctx, deadline)
 	if o.kind != opRelease { // a Release goes out even when the caller gives up
@@ -102,10 +112,26 @@ func (c *Client) fanout(ctx context.Context, o op, deadline time.Time, timeout t
 	}
 	o.inline = ctx.Done() == nil
 	o.vals = ctx
-	for i := range c.nodes {
-		c.send(i, &o, rd)
+	pending := len(c.nodes)
+	if gate >= 0 {
+		c.send(gate, &o, rd)
+		c.collect(ctx, rd, 1, o.deadline, timeout, false)
+		pending--
 	}
-	c.collect(ctx, rd, len(c.nodes), o.deadline, timeout, true)
+	if gate >= 0 && rd.nodes[gate].Err == ErrTaken {
+		for i := range rd.nodes {
+			if i != gate {
+				rd.nodes[i].Err = errNotAsked
+			}
+		}
+	} else {
+		for i := range c.nodes {
+			if i != gate {
+				c.send(i, &o, rd)
+			}
+		}
+		c.collect(ctx, rd, pending, o.deadline, timeout, true)
+	}
 	if c.cfg.obs != nil {
 		c.health(ctx, rd)
 	}

@@ -3,13 +3,18 @@ package redlock
 // Every Lua script of the package. Each touches only the keys it is given in
 // KEYS, so it runs on a Redis Cluster (all KEYS of one call share a slot).
 //
+// A lock key's value is its owner's token, followed by the wait mark "!" (which
+// no token contains) once a waiter found the key held (wake.go): every
+// script that checks ownership accepts both, and only a marked key's
+// release is announced to waiters.
+//
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT. Their SHA1
 // digests are written out here (and checked by a test) so that no SHA1 code
 // runs on the hot path and FIPS builds need none.
 
 // scripts lists every script, for loading them all at once.
 var scripts = [...]*script{&releaseScript, &keepScript, &extendScript, &acquireFencedScript, &raiseScript, &extendFencedScript, &fencedWriteScript, &inspectScript, &acquireAgainScript, &acquireFencedAgainScript,
-	&acquireSetScript, &raiseSetScript, &extendSetScript, &releaseSetScript}
+	&acquireSetScript, &raiseSetScript, &extendSetScript, &releaseSetScript, &waitScript, &watchScript}
 
 // A script is a Lua source and its SHA1 digest as Redis names it, each also
 // boxed once as a command argument, so that building a command allocates
@@ -21,10 +26,18 @@ type script struct {
 
 func newScript(src, sha string) script { return script{src: src, sha: sha, srcArg: src, shaArg: sha} }
 
-// releaseScript deletes the lock only if we still own it.
+// releaseScript deletes the lock only if we still own it. A key marked as
+// waited for (its value the token and the wait mark "!", set by waitScript or
+// watchScript when they found it held) is also announced on the wake
+// channel (see wake.go): the channel "redlock:wake" with the key as the
+// message, or, on a Redis Cluster master (ARGV[2] set), the key's own
+// sharded channel, named like the key so it shares its slot. An unmarked
+// key, the case with nobody waiting, costs what a bare compare-and-delete
+// does: the mark is in the value the script reads anyway.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
+//	ARGV[2]  present on a Redis Cluster master: publish with SPUBLISH
 //	returns  1 deleted, 0 held by another owner, -1 key absent
 var releaseScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
@@ -34,22 +47,42 @@ end
 if v == false then
 	return -1
 end
+if v == ARGV[1] .. '!' then
+	redis.call('DEL', KEYS[1])
+	if ARGV[2] then
+		redis.call('SPUBLISH', KEYS[1], KEYS[1])
+	else
+		redis.call('PUBLISH', 'redlock:wake', KEYS[1])
+	end
+	return 1
+end
 return 0
 `,
-	"12bbe2660b1ddffae4cd5513562a030b74e9c337")
+	"2fe8f480e5f5236921f01c97ffbaf8f7239301d2")
 
 // keepScript is the Release of a lock held at least for a while
 // (WithHoldAtLeast) that is released early: if we still own it, its key
 // stays for what remains of that while, then expires, instead of being
-// deleted.
+// deleted. A key marked as waited for is announced like a release
+// (releaseScript): the waiters learn its shorter expiry.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  the rest of the minimum hold, in milliseconds
+//	ARGV[3]  present on a Redis Cluster master: publish with SPUBLISH
 //	returns  1 kept, 0 held by another owner, -1 key absent
 var keepScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+if v == ARGV[1] .. '!' then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	if ARGV[3] then
+		redis.call('SPUBLISH', KEYS[1], KEYS[1])
+	else
+		redis.call('PUBLISH', 'redlock:wake', KEYS[1])
+	end
 	return 1
 end
 if v == false then
@@ -57,7 +90,7 @@ if v == false then
 end
 return 0
 `,
-	"dc50fe3b1878f211f0561a0a9ffa037104d2ef97")
+	"1efb2025c4f3d428f9cfb7b7e6225875057b336c")
 
 // extendScript makes the lock's key on this master last at least TTL more
 // if we still own it, and re-takes the key where it has vanished (a restart
@@ -85,7 +118,7 @@ return 0
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
 //	         -1 absent and past the re-take deadline
 var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or v == ARGV[1] .. '!' then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
@@ -99,7 +132,7 @@ if v == false then
 end
 return 0
 `,
-	"adc66aa7ad3f81ddefc6629017a70f5c836c8ebf")
+	"4ad8504948d7d20227e67938c93336c5f1a8cec4")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -125,7 +158,8 @@ return 0
 //	ARGV[1]  owner token
 //	ARGV[2]  the lock's fence
 //	returns  1 raised (or already at least the fence), 0 the lock is not ours there
-var raiseScript = newScript(`if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+var raiseScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
 	return 0
 end
 local f = tonumber(ARGV[2])
@@ -134,7 +168,7 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < f then
 end
 return 1
 `,
-	"8ff51a7d171fbdba5f0a0cae09e480ea864da3cd")
+	"26f8240302c6bb8f0314b7cd6389c038150b61f9")
 
 // extendFencedScript is extendScript for fenced locks: re-taking a vanished
 // key also raises that master's counter to the lock's fence.
@@ -148,7 +182,7 @@ return 1
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
 //	         -1 absent and past the re-take deadline
 var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or v == ARGV[1] .. '!' then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
@@ -165,7 +199,7 @@ if v == false then
 end
 return 0
 `,
-	"eacf8c64b14d6aad2b05e5c75879b46f08c50854")
+	"22a9b8443499e4171e0ae98475825f1afa6d8016")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
 // not lower than the highest fence the resource has seen. Fences are
@@ -202,6 +236,9 @@ return {1, f}
 //	KEYS[2]  fence counter, if any
 //	returns  {token or "", PTTL in ms (-2 absent, -1 no expiry), counter or ""}
 var inspectScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v and string.byte(v, -1) == 33 then
+	v = string.sub(v, 1, -2)
+end
 local t = redis.call('PTTL', KEYS[1])
 local f = false
 if #KEYS > 1 then
@@ -209,7 +246,7 @@ if #KEYS > 1 then
 end
 return {v or '', t, f or ''}
 `,
-	"29915d682139757f9be199c26e3756657bdb621c")
+	"ff0e74d18617c4c9916426eff37378ea00903623")
 
 // acquireAgainScript is the acquire sent a second time after the master
 // closed the connection of the first: the first may have run, and its key
@@ -220,7 +257,7 @@ return {v or '', t, f or ''}
 //	ARGV[2]  TTL in milliseconds
 //	returns  1 taken (now or by the first run), 0 held by another owner
 var acquireAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or v == ARGV[1] .. '!' then
 	return 1
 end
 if v then
@@ -229,7 +266,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `,
-	"b644e531f669c4bf4cfc2170431f2b8e9980d031")
+	"86d70d00e90d4952a98b7c20faecb02e97bbc448")
 
 // acquireFencedAgainScript is acquireFencedScript sent a second time: when
 // the first run took the lock, the counter it raised is the fence.
@@ -240,7 +277,7 @@ return 1
 //	ARGV[2]  TTL in milliseconds
 //	returns  the fence (> 0) when taken, 0 when held by another owner
 var acquireFencedAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or v == ARGV[1] .. '!' then
 	return tonumber(redis.call('GET', KEYS[2]) or '0')
 end
 if v then
@@ -249,7 +286,58 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return redis.call('INCR', KEYS[2])
 `,
-	"d32de811abdaa137bf95adb193be8f994fbfccde")
+	"c7b1452312d817bf11c964878b9e5b7ee94f8e92")
+
+// waitScript is the acquire of a waiting Obtain (WithWait). It takes the
+// key when it is free; when it is held, it marks it as waited for (appends
+// "!" to its value, once; APPEND keeps the key's expiry), so that the
+// release announces it on the wake channel (releaseScript), and returns the
+// key's remaining TTL, so that the waiter sleeps no longer than that. A key
+// that already holds our token is ours from this same request sent a
+// second time (the master closed the connection of the first).
+//
+//	KEYS[1]  lock key
+//	KEYS[2]  fence counter, with fencing (same hash slot)
+//	ARGV[1]  owner token
+//	ARGV[2]  TTL in milliseconds
+//	returns  {1, fence or 0} taken, {0, PTTL} held by another owner
+var waitScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == false then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	if #KEYS > 1 then
+		return {1, redis.call('INCR', KEYS[2])}
+	end
+	return {1, 0}
+end
+if v == ARGV[1] or v == ARGV[1] .. '!' then
+	if #KEYS > 1 then
+		return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+	end
+	return {1, 0}
+end
+if string.byte(v, -1) ~= 33 then
+	redis.call('APPEND', KEYS[1], '!')
+end
+return {0, redis.call('PTTL', KEYS[1])}
+`,
+	"f0b1cff8f5280af370f9113839a43947fb229885")
+
+// watchScript is the look of Client.WaitReleased at a key: when held, it
+// marks it as waited for, like waitScript, so that its release is
+// announced.
+//
+//	KEYS[1]  lock key
+//	returns  the key's PTTL when held, -2 when absent
+var watchScript = newScript(`local v = redis.call('GET', KEYS[1])
+if v == false then
+	return -2
+end
+if string.byte(v, -1) ~= 33 then
+	redis.call('APPEND', KEYS[1], '!')
+end
+return redis.call('PTTL', KEYS[1])
+`,
+	"115f3ef86492769548f969933a32ec0164fb65dc")
 
 // The scripts of a lock on several keys ([Client.ObtainMulti]). Each takes
 // the set's lock keys first in KEYS, then, where it needs them, their fence
@@ -277,7 +365,7 @@ var acquireSetScript = newScript(`local n = tonumber(ARGV[2])
 local mine = 0
 for i = 1, n do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
-	if v == ARGV[1] then
+	if v == ARGV[1] or v == ARGV[1] .. '!' then -- a waiter may have marked it since the first run
 		mine = mine + 1
 	elseif v then
 		return -i
@@ -315,7 +403,7 @@ for i = 1, n do
 end
 return top
 `,
-	"67d7658ff9753955680547471ebcf2c0272ed836")
+	"ee827e399c5a489f52e7cba9d9eec3a84a7a73f0")
 
 // raiseSetScript is raiseScript for a set: it raises every key's counter to
 // the lock's fence, if every key of the set is still ours on this master.
@@ -327,7 +415,8 @@ return top
 //	returns        1 raised (or already at least the fence), 0 a key is not ours there
 var raiseSetScript = newScript(`local n = #KEYS / 2
 for i = 1, n do
-	if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+	local v = redis.call('GET', KEYS[i])
+	if v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
 		return 0
 	end
 end
@@ -339,7 +428,7 @@ for i = n + 1, 2 * n do
 end
 return 1
 `,
-	"583fe257327bbf6b2ff9a4acfa8d87e91e0c4bd7")
+	"ac05fca01fa89729eea19a955b8f20c930bdbb27")
 
 // extendSetScript is extendScript for a set: if no key holds another
 // owner's token, it makes each key still ours last at least TTL more
@@ -364,7 +453,7 @@ for i = 1, n do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
 	if v == false then
 		gone[i] = true
-	elseif v ~= ARGV[1] then
+	elseif v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
 		return 0
 	end
 end
@@ -389,27 +478,39 @@ if next(gone) then
 end
 return 1
 `,
-	"595edad7a35aa00fea520d95c027e09892377581")
+	"6f45818f50871de5e220a95f0c5a436ed91900c0")
 
 // releaseSetScript is releaseScript (and keepScript) for a set: it deletes
 // every key that still holds our token, and never another owner's; with
 // the rest of a minimum hold (WithHoldAtLeast) it keeps each of ours for
-// that long instead.
+// that long instead. Each of ours that a waiter marked (our token and the
+// wait mark) is announced on the wake channel as releaseScript announces
+// a single key: PUBLISH on "redlock:wake", or, on a Redis Cluster master
+// (ARGV[3] set), SPUBLISH on the key's own channel.
 //
 //	KEYS[1..n]  lock keys
 //	ARGV[1]     owner token
-//	ARGV[2]     the rest of the minimum hold in milliseconds, if any
+//	ARGV[2]     the rest of the minimum hold in milliseconds, or "" (delete)
+//	ARGV[3]     present on a Redis Cluster master: publish with SPUBLISH
 //	returns     1 every key was ours (deleted or kept), 0 a key held
 //	            another owner's token, -1 a key was absent (ours deleted
 //	            or kept either way)
 var releaseSetScript = newScript(`local other, gone = false, false
+local marked = ARGV[1] .. '!'
 for i = 1, #KEYS do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
-	if v == ARGV[1] then
-		if ARGV[2] then
+	if v == ARGV[1] or v == marked then
+		if ARGV[2] ~= '' then
 			redis.call('PEXPIRE', KEYS[i], ARGV[2])
 		else
 			redis.call('DEL', KEYS[i])
+		end
+		if v == marked then
+			if ARGV[3] then
+				redis.call('SPUBLISH', KEYS[i], KEYS[i])
+			else
+				redis.call('PUBLISH', 'redlock:wake', KEYS[i])
+			end
 		end
 	elseif v then
 		other = true
@@ -425,4 +526,4 @@ if gone then
 end
 return 1
 `,
-	"e26539cf1f5410a3750e8a08915325355d233d50")
+	"e2567c5ebfcf3fa686a0f0bb0ad5f6b1c2faab06")

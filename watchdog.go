@@ -41,16 +41,17 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return c.closedObtain(err)
 	}
-	return c.doOn(ctx, key, nil, ttl, fn, opts)
+	return c.doOn(ctx, key, nil, 0, ttl, fn, opts)
 }
 
 // doOn is Do after the key's validation (with set, DoMulti after the set's:
-// key is its first).
-func (c *Client) doOn(ctx context.Context, key string, set *keySet, ttl time.Duration, fn func(ctx context.Context) error, opts []ObtainOption) error {
+// key is its first); use adds to what the options may apply to (forSet for
+// DoMulti).
+func (c *Client) doOn(ctx context.Context, key string, set *keySet, use optionUse, ttl time.Duration, fn func(ctx context.Context) error, opts []ObtainOption) error {
 	if fn == nil {
 		return invalid("nil fn")
 	}
-	oc, err := obtainOptions(opts, forObtain|forWatchdog)
+	oc, err := obtainOptions(opts, forObtain|forWatchdog|use)
 	if err != nil {
 		return err
 	}

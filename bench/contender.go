@@ -42,6 +42,24 @@ var contenders = []contenderSpec{
 	{Name: "rueidislock", Kind: kindPeer, Color: "#8c564b", Masters: oneMaster,
 		What: "github.com/redis/rueidis/rueidislock, `KeyMajority: 1`, `NoLoopTracking: true`, `TryNextAfter` (its per-request timeout) set to redlock's default node timeout, `TryWithContext`, the returned cancel to release; its own rueidis client (not go-redis)",
 		New:  func() contender { return &rueidislockContender{} }},
+	// Waiting contenders: Lock waits until it holds the key (or the run's
+	// context ends), their waiters spread over waitClients clients of
+	// their own, as separate processes would be.
+	{Name: "redlock-wait", Kind: kindOurs, Color: "#17becf", Masters: anyMasters,
+		What: "`redlock.New(masters)` x4 clients, `Obtain(..., WithWait())`: woken by the release",
+		New:  func() contender { return &redlockWaitContender{wait: true} }},
+	{Name: "redlock-poll", Kind: kindOurs, Color: "#bcbd22", Masters: anyMasters,
+		What: "`redlock.New(masters)` x4 clients, `Obtain(..., WithRetry(LinearBackoff(1ms)))`: polling",
+		New:  func() contender { return &redlockWaitContender{} }},
+	{Name: "redsync-wait", Kind: kindPeer, Color: "#aec7e8", Masters: anyMasters,
+		What: "redsync x4, `WithTries(1<<30)`, `WithRetryDelay(1ms)`: polling",
+		New:  func() contender { return &redsyncWaitContender{} }},
+	{Name: "redislock-wait", Kind: kindPeer, Color: "#98df8a", Masters: oneMaster,
+		What: "redislock x4, `LinearBackoff(1ms)`: polling",
+		New:  func() contender { return &redislockWaitContender{} }},
+	{Name: "rueidislock-wait", Kind: kindPeer, Color: "#c49c94", Masters: oneMaster,
+		What: "rueidislock x4, `WithContext`: woken by client-side-caching invalidations",
+		New:  func() contender { return &rueidislockWaitContender{} }},
 }
 
 // subject is the contender every other one is compared with.

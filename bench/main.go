@@ -69,6 +69,7 @@ func main() {
 	flag.StringVar(&o.prefix, "prefix", "redlock-bench:", "every key the benchmark makes starts with this prefix and a run id")
 	flag.BoolVar(&o.allowExisting, "allow-existing-keys", false, "with -masters: run even when keys under -prefix exist (another run's, left alone)")
 	flag.StringVar(&latencies, "latency", "100us,500us", "added latency each way of the latency cells, comma-separated ('' for none; only on the harness's own servers)")
+	flag.IntVar(&o.hotKeys, "hot-keys", defaultHotKeys, "hot keys of the contended cells")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
@@ -90,9 +91,11 @@ func main() {
 	os.Exit(code)
 }
 
+// defaultHotKeys is how many hot keys the contended cells share.
+const defaultHotKeys = 16
+
 // finish fills the defaults that depend on other flags and checks them.
 func (o *options) finish(latencies string) error {
-	o.hotKeys = 16
 	o.masters = []int{1, 3, 5}
 	o.goroutines = []int{1, 16, 64}
 	for _, f := range strings.Split(latencies, ",") {
@@ -142,6 +145,12 @@ func (o *options) finish(latencies string) error {
 	}
 	if o.rbRequests == 0 {
 		o.rbRequests = max(100_000, int(300_000*o.duration.Seconds()))
+	}
+	if o.hotKeys == 0 {
+		o.hotKeys = defaultHotKeys // options built without the flags
+	}
+	if o.hotKeys < 1 {
+		return errors.New("-hot-keys must be >= 1")
 	}
 	if o.repeats < 1 || o.duration <= 0 {
 		return errors.New("-repeats must be >= 1 and -duration > 0")

@@ -176,6 +176,8 @@ func writeMarkdown(w io.Writer, r *report) error {
 
 	writeShardSpread(&b, r)
 
+	writeHandOver(&b, r)
+
 	b.WriteString("\n## Detail\n\n")
 	b.WriteString("Rates are medians over repeats; lock latency is the time of one lock call, granted or not, over all repeats; per-cycle figures divide totals by the successful cycles, per-attempt ones by every lock call, and include the harness's own work (one key string per uncontended cycle); client CPU is this process (getrusage: library, go-redis, runtime, harness loop, and in latency cells the delay proxies too), Redis CPU the servers' `INFO cpu`. Redis cmds/cycle counts the commands the servers executed per cycle (INFO commandstats, all servers; a script's own calls count too), reads/cycle their reads from client sockets per cycle (INFO stats total_reads_processed): a cycle sends two commands to each master, so the fewer reads, the deeper the batches the servers received. Proxy writes/cycle (latency cells) counts the chunks the delay proxies forwarded, both ways, per cycle: how well a contender batches its requests into few writes. Errors are failed calls other than \"held by another owner\" (first message listed below the table); overlaps are locks granted while the in-process counter said another goroutine held them (must be 0).\n\n")
 	b.WriteString("| cell | contender | cycles/s | taken/s | p50 | p99 | p99.9 | allocs/cycle | allocs/attempt | B/cycle | client CPU/cycle | Redis CPU/cycle | Redis cmds/cycle | Redis reads/cycle | proxy writes/cycle | errors | overlaps |\n")
@@ -346,4 +348,32 @@ func poolSizeText(n int) string {
 		return "default"
 	}
 	return fmt.Sprint(n)
+}
+
+// writeHandOver writes, for the contended cells, how fast a key passes
+// from one holder to the next: the gap from a holder's release call to
+// the next grant of the same key, and the cycles/s against the ideal of
+// hot keys / hold (every key always held, no gap).
+func writeHandOver(b *strings.Builder, r *report) {
+	var rows []string
+	for _, cr := range r.Cells {
+		if !cr.Contended {
+			continue
+		}
+		for _, s := range cr.Contenders {
+			if s.HoldP50 == 0 || s.GapP50 == 0 {
+				continue
+			}
+			ideal := float64(cr.HotKeys) / time.Duration(s.HoldP50).Seconds()
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %.0f%% | %s | %s | %s | %s |",
+				cr.Name, s.Name, fmtRate(s.CyclesPerSec), fmtRate(ideal), 100*s.CyclesPerSec/ideal,
+				fmtDur(s.HoldP50), fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.P99)))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\n## Hand-over\n\nContended cells: the gap is the time from a holder's release call to the next grant of the same key (by whichever goroutine); the ideal is hot keys / the measured median hold, every key always held with no gap. Lock p99 is the whole wait of one lock call.\n\n")
+	b.WriteString("| cell | contender | cycles/s | ideal | of ideal | hold p50 | gap p50 | gap p99 | lock p99 |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString(strings.Join(rows, "\n") + "\n")
 }

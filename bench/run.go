@@ -40,6 +40,10 @@ type runResult struct {
 	FirstErr  string
 	Overlaps  uint64 // times a lock was granted while another goroutine held it
 	Lat       histogram
+	// Contended cells: Gap is each hand-over, from the holder's release
+	// call to the next grant of the same key; Hold each hold, from the
+	// grant to the release call.
+	Gap, Hold histogram
 	Mallocs   uint64    // runtime.MemStats.Mallocs delta
 	Bytes     uint64    // runtime.MemStats.TotalAlloc delta
 	ClientCPU float64   // seconds, getrusage(RUSAGE_SELF) user+sys delta
@@ -68,7 +72,7 @@ func (r *runResult) serverCPU() float64 {
 type workerStats struct {
 	attempts, cycles, taken, errors, overlaps uint64
 	firstErr                                  error
-	lat                                       histogram
+	lat, gap, hold                            histogram
 }
 
 // hangAfter bounds how long the goroutines of a run may take to finish their
@@ -127,11 +131,17 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 		hot[i] = prefix + "hot:" + strconv.Itoa(i)
 	}
 	holders := make([]atomic.Int32, len(hot))
+	// freed holds, per hot key, when its last holder began to release it
+	// (ns since the loop's start; 0 before the first release).
+	freed := make([]atomic.Int64, len(hot))
 	stats := make([]workerStats, cl.G)
 
 	loop := func(keys string, d time.Duration) (time.Duration, error) {
 		var stop atomic.Bool
 		var wg sync.WaitGroup
+		for i := range freed {
+			freed[i].Store(0)
+		}
 		start := time.Now()
 		for g := range cl.G {
 			wg.Go(func() {
@@ -168,16 +178,28 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 						continue
 					}
 					if hk >= 0 {
+						granted := int64(time.Since(start))
+						if f := freed[hk].Load(); f != 0 {
+							st.gap.Record(time.Duration(granted - f))
+						}
 						if holders[hk].Add(1) != 1 {
 							st.overlaps++
 						}
 						// Without a hold the window between the two counter
 						// updates is a few nanoseconds, too short to catch
-						// two holders granted at nearly the same time.
+						// two holders granted at nearly the same time. The
+						// hold sleeps in nanosleep: time.Sleep in a process
+						// whose goroutines all wait (a contender woken by
+						// the masters, not by its timers) takes up to a
+						// millisecond more, which would charge the waiting
+						// contenders a longer hold than the polling ones.
 						if cfg.Hold > 0 {
-							time.Sleep(cfg.Hold)
+							preciseSleep(cfg.Hold)
 						}
 						holders[hk].Add(-1)
+						now := int64(time.Since(start))
+						st.hold.Record(time.Duration(now - granted))
+						freed[hk].Store(now)
 					}
 					if err := w.Unlock(ctx); err != nil {
 						st.errors++
@@ -266,6 +288,8 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 			r.FirstErr = st.firstErr.Error()
 		}
 		r.Lat.Merge(&st.lat)
+		r.Gap.Merge(&st.gap)
+		r.Hold.Merge(&st.hold)
 	}
 	return r, nil
 }

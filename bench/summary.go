@@ -13,6 +13,7 @@ type cellReport struct {
 	Shards     int                `json:"shards_per_cluster,omitempty"`
 	G          int                `json:"goroutines"`
 	Contended  bool               `json:"contended"`
+	HotKeys    int                `json:"hot_keys,omitempty"`
 	LatencyUs  float64            `json:"added_latency_us_each_way,omitempty"`
 	RTTus      float64            `json:"ping_rtt_us"` // median PING round trip to the first master, as the contenders see it
 	Contenders []contenderSummary `json:"contenders"`
@@ -64,6 +65,12 @@ type contenderSummary struct {
 	Errors           uint64    `json:"errors"`
 	FirstErr         string    `json:"first_error,omitempty"`
 	Overlaps         uint64    `json:"overlaps"`
+	// Contended cells: the hand-over gap (a holder's release call to the
+	// next grant of the same key) and the hold (grant to release call),
+	// over all repeats.
+	GapP50  int64 `json:"handover_gap_p50_ns,omitempty"`
+	GapP99  int64 `json:"handover_gap_p99_ns,omitempty"`
+	HoldP50 int64 `json:"hold_p50_ns,omitempty"`
 }
 
 // runJSON is one measured run as the JSON file records it.
@@ -124,7 +131,7 @@ func per(v float64, n uint64) float64 {
 // summarize builds a cellReport from the runs of one cell; order lists the
 // contenders as they should appear.
 func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellReport {
-	cr := cellReport{Name: cl.Name(), N: cl.N, Cluster: cl.Cluster, Shards: cl.Shards, G: cl.G, Contended: cl.Contended,
+	cr := cellReport{Name: cl.Name(), N: cl.N, Cluster: cl.Cluster, Shards: cl.Shards, G: cl.G, Contended: cl.Contended, HotKeys: cl.HotKeys,
 		LatencyUs: float64(cl.Latency) / float64(time.Microsecond), RTTus: rttUs, runs: map[string][]*runResult{}}
 	byRepeat := map[int]map[string]*runResult{}
 	for _, r := range runs {
@@ -161,7 +168,7 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 		}
 		s := contenderSummary{Name: name, Repeats: len(rr)}
 		var cyc, taken, dec, tp []float64
-		var lat histogram
+		var lat, gap, hold histogram
 		var mallocs, bytes, writes uint64
 		var ccpu, scpu float64
 		var shardCPU []float64
@@ -174,6 +181,8 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 			dec = append(dec, float64(r.Decisions())/sec)
 			tp = append(tp, throughput(r, cl.Contended))
 			lat.Merge(&r.Lat)
+			gap.Merge(&r.Gap)
+			hold.Merge(&r.Hold)
 			mallocs += r.Mallocs
 			bytes += r.Bytes
 			writes += r.Writes
@@ -205,6 +214,7 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 		}
 		s.CyclesPerSec, s.TakenPerSec, s.DecisionsPerSec, s.Throughput = median(cyc), median(taken), median(dec), median(tp)
 		s.P50, s.P99, s.P999 = int64(lat.Quantile(0.5)), int64(lat.Quantile(0.99)), int64(lat.Quantile(0.999))
+		s.GapP50, s.GapP99, s.HoldP50 = int64(gap.Quantile(0.5)), int64(gap.Quantile(0.99)), int64(hold.Quantile(0.5))
 		s.AllocsPerCycle = per(float64(mallocs), s.Cycles)
 		s.AllocsPerAttempt = per(float64(mallocs), s.Attempts)
 		s.BytesPerCycle = per(float64(bytes), s.Cycles)

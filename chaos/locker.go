@@ -43,6 +43,7 @@ type Held interface {
 type Opts struct {
 	Retry      time.Duration // retry after about this long (redlock.LinearBackoff); 0: one attempt
 	RenewEvery time.Duration // the watchdog's interval; 0: the lock's default
+	Wait       bool          // wait for a release until the context ends (redlock.WithWait)
 }
 
 // An Opt sets one of Opts.
@@ -51,6 +52,10 @@ type Opt func(*Opts)
 // RetryEvery retries a failed attempt after about d (d/2 to 3d/2), until
 // the context ends.
 func RetryEvery(d time.Duration) Opt { return func(o *Opts) { o.Retry = d } }
+
+// Wait waits for the lock until the context ends, woken by the holder's
+// release (redlock.WithWait).
+func Wait() Opt { return func(o *Opts) { o.Wait = true } }
 
 // RenewEvery sets the watchdog's interval.
 func RenewEvery(d time.Duration) Opt { return func(o *Opts) { o.RenewEvery = d } }
@@ -113,6 +118,9 @@ func obtainOpts(opts []Opt) []redlock.ObtainOption {
 	var out []redlock.ObtainOption
 	if o.Retry > 0 {
 		out = append(out, redlock.WithRetry(redlock.LinearBackoff(o.Retry)))
+	}
+	if o.Wait {
+		out = append(out, redlock.WithWait())
 	}
 	if o.RenewEvery > 0 {
 		out = append(out, redlock.WithRenewEvery(o.RenewEvery))

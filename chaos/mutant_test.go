@@ -77,6 +77,7 @@ type knobs struct {
 	// it waits), one round per key.
 	multiWait  bool // holds the keys taken while it waits for the next: two sets can each hold a key the other waits for
 	multiFirst bool // only the first key is taken
+	noWake     bool // a waiting Obtain (Wait) is never woken: after a refused attempt it sleeps until its context ends
 }
 
 func parseKnobs(spec string) (knobs, error) {
@@ -88,7 +89,7 @@ func parseKnobs(spec string) (knobs, error) {
 		"constfence": &k.constFence, "noretake": &k.noRetake, "revive": &k.revive, "nocap": &k.noCap,
 		"keepvalidity": &k.keepValidity, "latecancel": &k.lateCancel, "norenew": &k.noRenew,
 		"closenowait": &k.closeNoWait, "closeblocks": &k.closeBlocks, "leak": &k.leak,
-		"slowundo": &k.slowUndo, "straggle": &k.straggle, "retryforever": &k.retryForever,
+		"slowundo": &k.slowUndo, "straggle": &k.straggle, "retryforever": &k.retryForever, "nowake": &k.noWake,
 		"multiwait": &k.multiWait, "multifirst": &k.multiFirst,
 	}
 	for _, f := range strings.Split(spec, ",") {
@@ -311,6 +312,16 @@ func (m *mutantLocker) obtain(ctx context.Context, key string, ttl time.Duration
 	}
 	if m.k.retryForever {
 		o.Retry = 10 * time.Millisecond
+	}
+	if o.Wait && !m.k.noWake {
+		o.Retry = 10 * time.Millisecond // a poller stands for the library's wake-ups
+	}
+	if o.Wait && m.k.noWake {
+		if h, err := m.attempt(ctx, key, ttl); err == nil {
+			return h, nil
+		}
+		<-ctx.Done()
+		return nil, fmt.Errorf("%w: %w", redlock.ErrNotObtained, ctx.Err())
 	}
 	var last error
 	for {

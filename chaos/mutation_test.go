@@ -55,6 +55,10 @@ var mutations = []struct {
 	// Keys held while waiting for the next starve the other sets, or,
 	// under SIGSTOP, outlive their TTL while held: either check catches it.
 	{"S17-sets-hold-and-wait", overlappingSetsScenario, "n5-sigstop", "multiwait", "every worker|cs_overlaps="},
+	{"S18-wait-no-NX", waitSubscriptionKilled, "single", "nonx", "cs_overlaps="},
+	{"S18-wait-never-woken", waitSubscriptionKilled, "redlock-5", "nowake", "waiters obtained"},
+	{"S19-wait-never-woken", waitHolderCrash, "", "nowake", "the first waiter obtained"},
+	{"S20-wait-never-woken", waitMasterRestart, "single", "nowake", "waiters obtained"},
 	{"any-row-goroutine-left", extendAfterRestart, "never-revived", "leak", "lock goroutines left"},
 	// The adversary's checks, each on a short run of a fixed seed.
 	{"S15-no-NX", adversaryMutant(1, nil), "", "nonx", "overlaps="},

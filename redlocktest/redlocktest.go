@@ -22,6 +22,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,7 +151,7 @@ func (m *Masters) Holder(key string) string {
 	counts := map[string]int{}
 	for _, mr := range m.minis {
 		if v, err := mr.Get(m.Prefix + key); err == nil {
-			counts[v]++
+			counts[strings.TrimSuffix(v, "!")]++ // "!": a waiter marked the key as waited for
 		}
 	}
 	for token, n := range counts {

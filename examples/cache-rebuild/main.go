@@ -11,7 +11,8 @@
 // stale tries the lock "rebuild:<entry>" once. The winner rebuilds the entry
 // (-work of simulated effort), writes the new value and releases the lock.
 // The others serve the stale value at once or, with -wait D, wait up to D
-// for the winner's value, re-reading the cache with jittered pauses. The program prints a table per
+// for the winner to release its lock (Client.WaitReleased: woken by the
+// release, no polling), then read the cache. The program prints a table per
 // entry and exits 1 unless every entry was rebuilt exactly once.
 //
 // The lock is an efficiency lock: it makes duplicate rebuilds rare, not
@@ -26,7 +27,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,9 +48,6 @@ type config struct {
 	wait    time.Duration // how long a loser waits for the fresh value; 0: not at all
 	ttl     time.Duration // lock TTL: must outlast the rebuild
 }
-
-// retryEvery is about how often a waiting worker re-reads the cache.
-const retryEvery = 50 * time.Millisecond
 
 func main() {
 	var cfg config
@@ -221,23 +218,21 @@ func (d *demo) serve(ctx context.Context, worker int, key string) error {
 	return nil
 }
 
-// awaitFresh waits, up to -wait, until the entry is fresh. It re-reads the
-// cache about every retryEvery, jittered so that the waiters do not all hit
-// the store at once.
+// awaitFresh waits, up to -wait, until the worker that holds the entry's
+// lock releases it, and so has written the fresh value (or given up).
+// WaitReleased is woken by that release; it does not poll the masters or
+// the cache.
 //
-// Obtain could retry the lock instead (redlock.WithRetry with
-// redlock.LinearBackoff, bounded by a context deadline), but a waiter wants
-// the value, not the lock: taking the lock in turn, 49 times, only to read
-// the cache would serialise the readers. If the rebuilder dies, its lock
-// expires after the TTL and the next request that finds the entry stale
-// rebuilds it.
+// Obtain could wait for the lock instead (redlock.WithWait), but a waiter
+// wants the value, not the lock: taking the lock in turn, 49 times, only to
+// read the cache would serialise the readers. If the rebuilder dies, its
+// lock expires after the TTL, WaitReleased returns, and the next request
+// that finds the entry stale rebuilds it.
 func (d *demo) awaitFresh(ctx context.Context, key string) {
-	deadline := time.Now().Add(d.cfg.wait)
-	for !d.cache.get(key).fresh {
-		pause := min(retryEvery/2+rand.N(retryEvery), time.Until(deadline))
-		if pause <= 0 || sleep(ctx, pause) != nil {
-			return
-		}
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.wait)
+	defer cancel()
+	if err := d.locks.WaitReleased(wctx, "rebuild:"+key); err != nil && wctx.Err() == nil {
+		d.printf("%s: waiting for the rebuild: %v\n", key, err)
 	}
 }
 

@@ -1,0 +1,659 @@
+package redlock
+
+// Waiting for a lock without polling ([WithWait], [Client.WaitReleased]).
+//
+// A waiter that finds a key held marks it as waited for (waitScript,
+// watchScript: the key's value gets "!" after the token); the release
+// of a marked key publishes the key on the master's wake channel
+// (releaseScript), and every Client with a waiter of that key hears it. An
+// unmarked key, the case with nobody waiting, is released as cheaply as
+// before: the mark lives in the value the release reads anyway. Nothing is
+// reserved for a waiter: the key is free once released, for whoever asks
+// first, a try-once Obtain included.
+//
+// Within a Client, the waiters of one key queue in arrival order and only
+// the first (the head) asks the masters: a release wakes one request per
+// waiting Client, not one per waiter. Across Clients there is no order:
+// their heads race, and a refused head marks the key again and waits for
+// the next release.
+//
+// Rules this file keeps, each with the test that fails when it breaks:
+//   - A waiter relies on a wake-up only once this Client's subscriptions to
+//     every master's wake channel are confirmed; before that it asks again
+//     within a node timeout, and at the confirmation (TestWaitWokenByRelease).
+//   - A waiter never sleeps past the moment a quorum of the keys it was
+//     refused by could have expired (their PTTL): a lost notification costs
+//     at most that (TestWaitLostNotification).
+//   - A subscription that breaks and is re-established wakes every waiter
+//     of its master to ask again (TestWaitSubscriptionKilled).
+//   - A woken head asks once enough of the masters that refused it
+//     announced a release for a quorum to be free, not at the first: at
+//     N>1 an early ask meets masters that have not run the release yet, a
+//     split vote (TestWaitQuorumOfWakes).
+//   - Close ends every wait with ErrClosed and every subscription's
+//     goroutine (TestWaitClose).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// waitMark follows the owner's token in the value of a key marked as
+// waited for (waitScript, watchScript); no token contains it (newToken is
+// base64url, and Attach refuses one that does).
+const waitMark = "!"
+
+// wakeChannel is the wake channel of a standalone or Sentinel master; a
+// Redis Cluster master publishes on the key's own sharded channel, named
+// like the key (see channelOf).
+const wakeChannel = "redlock:wake"
+
+// subLinger is how long a subscription outlives its last waiter, so that
+// a key waited for again and again is not subscribed anew each time.
+const subLinger = 2 * time.Second
+
+// A waker is a Client's waiting machinery: its subscriptions and its
+// waiters by key. It exists from the first wait to Close.
+type waker struct {
+	c *Client
+
+	mu     sync.Mutex
+	keys   map[string]*keyWaiters // by full key
+	subs   map[subID]*sub
+	closed bool
+	wg     sync.WaitGroup // the subscriptions' goroutines
+}
+
+// keyWaiters are this Client's waiters of one key.
+type keyWaiters struct {
+	queue    []*waiter // in arrival order; queue[0] is the head, who asks the masters
+	watchers []*waiter // WaitReleased calls
+}
+
+// A waiter is one waiting Obtain (or WaitReleased). Its flags are guarded
+// by waker.mu; sig tells it they changed.
+type waiter struct {
+	key string
+	sig chan struct{} // buffered 1
+	// released: the masters (bit i) that announced a release of the key
+	// since the flags were last cleared; retry: a subscription this
+	// waiter relies on was (re)established, or it became the head.
+	released uint64
+	retry    bool
+}
+
+func (x *waiter) signal() {
+	select {
+	case x.sig <- struct{}{}:
+	default:
+	}
+}
+
+// A subID names a subscription: a master and a channel.
+type subID struct {
+	i  int
+	ch string
+}
+
+// A sub is one subscription to one master's wake channel, with the
+// goroutine that reads it.
+type sub struct {
+	id     subID
+	ps     *redis.PubSub // the goroutine's current one (nil before its first); end closes it
+	ready  bool          // the master confirmed it, and it has not broken since
+	users  int           // waiters using it
+	linger *time.Timer
+	stop   chan struct{}
+}
+
+// wakerFor returns the Client's waker, made at the first wait; nil once
+// the Client is closing.
+func (c *Client) wakerFor() *waker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return nil
+	}
+	if c.wake == nil {
+		c.wake = &waker{c: c, keys: map[string]*keyWaiters{}, subs: map[subID]*sub{}}
+	}
+	return c.wake
+}
+
+// channelOf returns master i's wake channel for the key full.
+func (c *Client) channelOf(i int, full string) string {
+	if c.shardedMask&bit(i) != 0 {
+		return full
+	}
+	return wakeChannel
+}
+
+// newOp is newOp with what the Client knows of its masters: which ones
+// announce releases on sharded channels.
+func (c *Client) newOp(kind opKind, full, ckey, token string) op {
+	o := newOp(kind, full, ckey, token)
+	o.sharded = c.shardedMask
+	return o
+}
+
+// join adds a waiter of full (a watcher with watch set) and takes a use of
+// its subscriptions, starting those not running. It returns nil, and
+// starts nothing, once the waker is stopped: Close may run to its end
+// between a wait's wakerFor and its join, and a subscription started then
+// would outlive the Client.
+func (w *waker) join(full string, watch bool) *waiter {
+	x := &waiter{key: full, sig: make(chan struct{}, 1)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	kw := w.keys[full]
+	if kw == nil {
+		kw = &keyWaiters{}
+		w.keys[full] = kw
+	}
+	if watch {
+		kw.watchers = append(kw.watchers, x)
+	} else {
+		kw.queue = append(kw.queue, x)
+	}
+	for i := range w.c.nodes {
+		id := subID{i, w.c.channelOf(i, full)}
+		s := w.subs[id]
+		if s == nil {
+			s = w.subscribe(id)
+		}
+		s.users++
+		if s.linger != nil {
+			s.linger.Stop()
+			s.linger = nil
+		}
+	}
+	return x
+}
+
+// leave removes x, gives the head's turn to the next waiter, and lets
+// subscriptions without users linger, then end. A nil x (join after the
+// waker stopped) has nothing to leave.
+func (w *waker) leave(x *waiter) {
+	if x == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kw := w.keys[x.key]
+	if i := slices.Index(kw.queue, x); i >= 0 {
+		kw.queue = slices.Delete(kw.queue, i, i+1)
+		if i == 0 && len(kw.queue) > 0 {
+			kw.queue[0].retry = true // the new head asks at once
+			kw.queue[0].signal()
+		}
+	} else if i := slices.Index(kw.watchers, x); i >= 0 {
+		kw.watchers = slices.Delete(kw.watchers, i, i+1)
+	}
+	if len(kw.queue) == 0 && len(kw.watchers) == 0 {
+		delete(w.keys, x.key)
+	}
+	if w.closed {
+		return
+	}
+	for i := range w.c.nodes {
+		s := w.subs[subID{i, w.c.channelOf(i, x.key)}]
+		if s.users--; s.users == 0 {
+			s.linger = time.AfterFunc(subLinger, func() { w.unsubscribe(s) })
+		}
+	}
+}
+
+// isHead reports whether x is its key's head.
+func (w *waker) isHead(x *waiter) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.keys[x.key].queue[0] == x
+}
+
+// ready reports whether every master's subscription for x's key is
+// confirmed, and clears x's flags: what happens from now on counts.
+func (w *waker) ready(x *waiter) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	x.released, x.retry = 0, false
+	for i := range w.c.nodes {
+		if s := w.subs[subID{i, w.c.channelOf(i, x.key)}]; s == nil || !s.ready {
+			return false
+		}
+	}
+	return true
+}
+
+// flags returns the masters that announced a release since x's flags were
+// cleared, and whether to ask again at once.
+func (w *waker) flags(x *waiter) (released uint64, retry bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return x.released, x.retry
+}
+
+// subscribe starts the subscription id; w.mu is held. The goroutine makes
+// the PubSub and subscribes, so that a dial to a master that is down holds
+// nobody else.
+func (w *waker) subscribe(id subID) *sub {
+	s := &sub{id: id, stop: make(chan struct{})}
+	w.subs[id] = s
+	w.wg.Add(1)
+	go w.run(s)
+	return s
+}
+
+// unsubscribe ends s if it is still unused after its linger.
+func (w *waker) unsubscribe(s *sub) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s.users > 0 || w.closed || w.subs[s.id] != s {
+		return
+	}
+	delete(w.subs, s.id)
+	s.end()
+}
+
+// end stops s and closes its PubSub, which ends a Receive in progress;
+// w.mu is held.
+func (s *sub) end() {
+	close(s.stop)
+	if s.ps != nil {
+		_ = s.ps.Close()
+	}
+}
+
+// The delays before a lost subscription is made again: the first, doubled
+// at each failure in a row up to the last, and back to the first once a
+// master confirms it.
+const (
+	subRetryMin = 50 * time.Millisecond
+	subRetryMax = time.Second
+)
+
+// run keeps s subscribed, each time on a new PubSub, and reads its
+// messages until it is stopped. A subscription that fails (the master
+// down, the connection killed) or panics (a go-redis hook of the
+// application's) is lost: its waiters no longer count on it (they ask
+// again within a node timeout, or at their keys' PTTL), and it is made
+// again after a delay that grows while it keeps failing (no busy loop).
+// Every confirmation wakes the waiters of the master to ask again, since a
+// release may have gone unheard meanwhile.
+func (w *waker) run(s *sub) {
+	defer w.wg.Done()
+	backoff := time.NewTimer(0)
+	<-backoff.C
+	defer backoff.Stop()
+	delay := subRetryMin
+	for {
+		ps := w.open(s)
+		if ps == nil {
+			return // stopped
+		}
+		err := w.listen(s, ps, &delay)
+		w.confirmed(s, false)
+		if _, panicked := err.(errPanicked); !panicked {
+			// A PubSub that panicked may hold its own lock (go-redis
+			// dials under it without a defer): closing it could block
+			// for ever. It is dropped instead; a panicking dial left it
+			// without a connection.
+			_ = ps.Close()
+		}
+		backoff.Reset(delay)
+		delay = min(2*delay, subRetryMax)
+		select {
+		case <-s.stop:
+			return
+		case <-backoff.C:
+		}
+	}
+}
+
+// open makes a new PubSub for s, or returns nil once s is stopped.
+func (w *waker) open(s *sub) *redis.PubSub {
+	rdb := w.c.nodes[s.id.i].rdb
+	var ps *redis.PubSub
+	if w.c.shardedMask&bit(s.id.i) != 0 { // no channel yet: nothing is dialled
+		ps = rdb.SSubscribe(context.Background())
+	} else {
+		ps = rdb.Subscribe(context.Background())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-s.stop:
+		_ = ps.Close()
+		return nil
+	default:
+	}
+	s.ps = ps // for end, which closes it
+	return ps
+}
+
+// listen subscribes ps to s's channel and reads it until it fails, or
+// panics (the panic is returned as an errPanicked). A confirmation resets
+// *delay to the first retry delay.
+func (w *waker) listen(s *sub, ps *redis.PubSub, delay *time.Duration) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = errPanicked{v}
+		}
+	}()
+	ctx := context.Background()
+	if w.c.shardedMask&bit(s.id.i) != 0 {
+		err = ps.SSubscribe(ctx, s.id.ch)
+	} else {
+		err = ps.Subscribe(ctx, s.id.ch)
+	}
+	for err == nil {
+		var msg any
+		msg, err = ps.Receive(ctx)
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				*delay = subRetryMin
+				w.confirmed(s, true)
+			}
+		case *redis.Message:
+			w.released(s.id.i, m.Payload)
+		}
+	}
+	return err
+}
+
+// confirmed records that s is (or is no longer) confirmed, and on
+// confirmation wakes the waiters of its master to ask again.
+func (w *waker) confirmed(s *sub, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s.ready == ok {
+		return
+	}
+	s.ready = ok
+	if !ok {
+		return
+	}
+	for key, kw := range w.keys {
+		if w.c.channelOf(s.id.i, key) != s.id.ch {
+			continue
+		}
+		if len(kw.queue) > 0 {
+			kw.queue[0].retry = true
+			kw.queue[0].signal()
+		}
+		for _, x := range kw.watchers {
+			x.retry = true
+			x.signal()
+		}
+	}
+}
+
+// released handles master i's announcement that key was released: the
+// head of its waiters and its watchers hear of it.
+func (w *waker) released(i int, key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kw := w.keys[key]
+	if kw == nil {
+		return
+	}
+	if len(kw.queue) > 0 {
+		kw.queue[0].released |= bit(i)
+		kw.queue[0].signal()
+	}
+	for _, x := range kw.watchers {
+		x.released |= bit(i)
+		x.signal()
+	}
+}
+
+// gateOf returns the master that waiters of full ask first (fanoutGated),
+// or -1 with one master: the one whose address hashed with the key ranks
+// highest, so that every Client that names the masters alike picks the
+// same one, whatever their order, and keys spread over the masters.
+func (c *Client) gateOf(full string) int {
+	if len(c.nodes) == 1 {
+		return -1
+	}
+	best, top := 0, uint64(0)
+	for i, n := range c.nodes {
+		h := uint64(14695981039346656037) // FNV-1a
+		for _, s := range [...]string{n.addr, "\x00", full} {
+			for j := 0; j < len(s); j++ {
+				h = (h ^ uint64(s[j])) * 1099511628211
+			}
+		}
+		if i == 0 || h > top {
+			best, top = i, h
+		}
+	}
+	return best
+}
+
+// stop ends every subscription and waits for their goroutines; Close
+// calls it once no wait can begin.
+func (w *waker) stop() {
+	w.mu.Lock()
+	w.closed = true
+	for id, s := range w.subs {
+		if s.linger != nil {
+			s.linger.Stop()
+		}
+		s.end()
+		delete(w.subs, id)
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+// quorumFree returns how long until a quorum of masters could be free,
+// from a failed attempt's answers: 0 for a master that granted or had no
+// key, its PTTL for one held by another owner; ok is false when failures
+// leave no quorum in sight (the masters did not say).
+func (c *Client) quorumFree(rd *round) (time.Duration, bool) {
+	var waits []time.Duration
+	for i, n := range rd.nodes {
+		switch {
+		case n.Err == nil || n.Err == errAbsent:
+			waits = append(waits, 0)
+		case n.Err == ErrTaken && rd.vals[i] > 0:
+			waits = append(waits, time.Duration(rd.vals[i])*time.Millisecond)
+		case n.Err == ErrTaken && rd.vals[i] == -2: // gone since
+			waits = append(waits, 0)
+		}
+	}
+	if len(waits) < c.quorum {
+		return 0, false
+	}
+	slices.Sort(waits)
+	return waits[c.quorum-1], true
+}
+
+// sleepUntil waits until x hears from at least need of the masters in
+// from that they released its key (a wake-up), until the timer fires, or
+// until it is told to ask again; it returns the error that ends the wait
+// when ctx ends or the Client closes.
+func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *time.Timer, from uint64, need int) error {
+	need = max(need, 1)
+	defer func() {
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-c.closing:
+			return ErrClosed
+		case <-timer.C:
+			return nil
+		case <-x.sig:
+			released, retry := w.flags(x)
+			if retry || bits.OnesCount64(released&from) >= need {
+				return nil
+			}
+		}
+	}
+}
+
+// obtainWait is obtainLoop for WithWait: after a failed attempt it sleeps
+// until the releases of enough of the keys that blocked it are announced,
+// or a quorum of them could have expired, whichever comes first.
+func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) (_ *Lock, n int, _ []NodeError, _ error) {
+	w := c.wakerFor()
+	if w == nil {
+		return nil, 0, nil, c.closedObtain(ErrClosed)
+	}
+	full := c.cfg.keyPrefix + key
+	x := w.join(full, false)
+	if x == nil {
+		return nil, 0, nil, c.closedObtain(ErrClosed)
+	}
+	defer w.leave(x)
+	for !w.isHead(x) { // this Client's waiters of the key, in arrival order
+		select {
+		case <-x.sig:
+		case <-ctx.Done():
+			return nil, 0, nil, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
+		case <-c.closing:
+			return nil, 0, nil, c.closedObtain(ErrClosed)
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	timeout := c.cfg.timeout(ttl)
+	// The first attempt asks every master (and marks the key on every
+	// one that refuses); the next ones ask the gate first, while it
+	// answers. last is the error of the last attempt that asked every
+	// master: a gate's refusal alone says little of the others.
+	gate, first := -1, c.gateOf(full)
+	var last error
+	for n = 1; ; n++ {
+		subscribed := w.ready(x)
+		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), true, gate)
+		if err == nil {
+			return lock, n, nodes, nil
+		}
+		atGate := gate >= 0 && blocked == bit(gate)
+		if atGate && last != nil {
+			err = last
+		}
+		if err := c.cutShort(ctx, err, last); err != nil {
+			return nil, n, nil, err
+		}
+		last = err
+		gate = -1
+		var qe *QuorumError
+		if first >= 0 && errors.As(err, &qe) {
+			switch qe.Nodes[first].Err {
+			case nil, ErrTaken, errAbsent, errNotAsked:
+				gate = first // it answers: ask it first next time
+			}
+		}
+		if !subscribed {
+			// A release now may go unheard: ask again soon, or at the
+			// confirmation (a retry flag).
+			wait = min(wait, timeout)
+		}
+		timer.Reset(wait + time.Millisecond)
+		// A quorum can be free once so many of the masters it did not get
+		// announce a release.
+		need := bits.OnesCount64(blocked) - (len(c.nodes) - c.quorum)
+		if cause := c.sleepUntil(ctx, w, x, timer, blocked, need); cause != nil {
+			return nil, n, nil, wrapCause(err, cause)
+		}
+	}
+}
+
+// WaitReleased waits until the current holder of key releases it, or its
+// lock expires: the wait of a worker that lost the race for a piece of
+// work (a cache entry to rebuild) and wants its result, not the lock. It
+// returns nil once it finds key absent on a quorum of masters: at once
+// when it is, else after the releases of key are announced (the same
+// wake-up [WithWait] uses) or a quorum of the keys it saw could have
+// expired, whichever comes first, and it looks again. A release that
+// leaves the key in place (a lock held at least for a while,
+// [WithHoldAtLeast]) is announced, and WaitReleased then waits for the
+// rest of that while. A key that expired and was taken again before it
+// looked keeps it waiting for the new holder. It returns an error when ctx
+// ends (wrapping its cause), on [Client.Close] (matching [ErrClosed]), or
+// when too few masters answer (matching [ErrUnavailable]).
+func (c *Client) WaitReleased(ctx context.Context, key string) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	if key == "" {
+		return invalid("empty key")
+	}
+	w := c.wakerFor()
+	if w == nil {
+		return ErrClosed
+	}
+	full := c.cfg.keyPrefix + key
+	x := w.join(full, true)
+	if x == nil {
+		return ErrClosed
+	}
+	defer w.leave(x)
+	timeout := c.cfg.timeout(maxDefaultNodeTimeout * 10)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		subscribed := w.ready(x)
+		o := c.newOp(opWatch, full, "", "")
+		rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
+		var held uint64
+		answered, absent := 0, 0
+		for i, nd := range rd.nodes {
+			switch nd.Err {
+			case nil: // held: read as a refusal with its PTTL, for quorumFree
+				held |= bit(i)
+				answered++
+				rd.nodes[i].Err = ErrTaken
+			case errAbsent:
+				answered++
+				absent++
+			}
+		}
+		wait, ok := c.quorumFree(rd)
+		var err error
+		if answered < c.quorum {
+			err = c.quorumError("wait", rd, ErrUnavailable)
+		}
+		rd.done()
+		switch {
+		case err != nil:
+			return err
+		case absent >= c.quorum:
+			return nil
+		}
+		if !ok { // a key without expiry: look again, not at once
+			wait = jitter(timeout/2, timeout)
+		}
+		if !subscribed {
+			wait = min(wait, timeout)
+		}
+		timer.Reset(wait + time.Millisecond)
+		// Free on a quorum once so many of the masters that hold it
+		// announce a release; then look again: a release may have left
+		// the key for the rest of a minimum hold (keepScript).
+		need := c.quorum - absent
+		if cause := c.sleepUntil(ctx, w, x, timer, held, need); cause != nil {
+			return fmt.Errorf("redlock: waiting for %q to be released: %w", key, cause)
+		}
+	}
+}
