@@ -10,7 +10,7 @@ import (
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// TestReviewWaitJoinAfterCloseLeaksASubscription: obtainWait (and
+// TestWaitAfterCloseStartsNoSubscription: obtainWait (and
 // WaitReleased) take the waker (wakerFor, which checks c.closed under c.mu)
 // and only then join it (w.join, under w.mu), and nothing of a WithWait
 // Obtain is counted in c.dos, so Close can run to its end in between:
@@ -21,7 +21,7 @@ import (
 // stay for the life of the process (the masters' clients are the
 // application's, never closed by Close). The interleaving is forced here
 // by calling the two halves in that order.
-func TestReviewWaitJoinAfterCloseLeaksASubscription(t *testing.T) {
+func TestWaitAfterCloseStartsNoSubscription(t *testing.T) {
 	servers := redistest.Start(t, 1)
 	rdb := servers[0].Client()
 	defer rdb.Close()

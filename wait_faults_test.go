@@ -32,7 +32,7 @@ func (h *dialPanics) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-// TestReviewWaitPanickingDialHookCrashesTheProcess: a go-redis hook that
+// TestWaitSurvivesAPanickingDialHook: a go-redis hook that
 // panics while the library sends fails its requests and nothing else
 // (TestPanickingHookFailsItsBatchOnly, TestLaneSurvivesTransportPanic,
 // TestPanickingHookOnAColdClusterDoesNotPanicTheCaller). The subscription
@@ -40,12 +40,12 @@ func (h *dialPanics) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // Subscribe/Receive, through the client's dial hook) with no recover, so
 // the same hook kills the whole process. Run in a child process, since the
 // panic takes the test binary with it.
-func TestReviewWaitPanickingDialHookCrashesTheProcess(t *testing.T) {
+func TestWaitSurvivesAPanickingDialHook(t *testing.T) {
 	if os.Getenv("REDLOCK_REVIEW_CHILD") == "1" {
-		reviewPanickingDialHookChild(t)
+		panickingDialHookChild(t)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReviewWaitPanickingDialHookCrashesTheProcess$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWaitSurvivesAPanickingDialHook$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "REDLOCK_REVIEW_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -57,7 +57,7 @@ func TestReviewWaitPanickingDialHookCrashesTheProcess(t *testing.T) {
 	}
 }
 
-func reviewPanickingDialHookChild(t *testing.T) {
+func panickingDialHookChild(t *testing.T) {
 	servers := redistest.Start(t, 1)
 	holder := servers[0].Client()
 	defer holder.Close()
@@ -96,14 +96,14 @@ func reviewPanickingDialHookChild(t *testing.T) {
 	hook.armed.Store(false)
 }
 
-// TestReviewWaitReleasedReturnsWhileStillHeld: WaitReleased's doc says it
+// TestWaitReleasedWaitsOutAHoldAtLeast: WaitReleased's doc says it
 // returns nil "when releases of key are announced by enough masters that it
 // is no longer held on a quorum". keepScript (the early Release of a
 // WithHoldAtLeast lock) announces the release of a marked key but keeps the
 // key for the rest of the minimum hold, so WaitReleased returns at once
 // while the key is still held on every master, and an Obtain made right
 // after it is refused for the rest of the hold.
-func TestReviewWaitReleasedReturnsWhileStillHeld(t *testing.T) {
+func TestWaitReleasedWaitsOutAHoldAtLeast(t *testing.T) {
 	_, clients, a := cluster(t, 1)
 	b := newClient(t, clients)
 	ctx := t.Context()
@@ -141,7 +141,7 @@ func TestReviewWaitReleasedReturnsWhileStillHeld(t *testing.T) {
 	}
 }
 
-// TestReviewAttachWithMarkedTokenIsRefused: Attach confirms a lock held
+// TestAttachRefusesAMarkedToken: Attach confirms a lock held
 // under token. Every ownership script now takes a key whose value is
 // ARGV[1] or ARGV[1].."!" as ours, so once a waiter marked the key
 // (value T!), Attach(T+"!") matches the value itself and is confirmed:
@@ -150,7 +150,7 @@ func TestReviewWaitReleasedReturnsWhileStillHeld(t *testing.T) {
 // announcement, so the waiter that marked it sleeps to the holder's TTL;
 // and on a key the handle re-takes (its Extend after a restart) the value is
 // "T!", which a handle with token T (the real one) matches as marked.
-func TestReviewAttachWithMarkedTokenIsRefused(t *testing.T) {
+func TestAttachRefusesAMarkedToken(t *testing.T) {
 	_, clients, a := cluster(t, 1)
 	b := newClient(t, clients)
 	ctx := t.Context()
