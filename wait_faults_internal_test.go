@@ -10,17 +10,14 @@ import (
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// TestWaitAfterCloseStartsNoSubscription: obtainWait (and
-// WaitReleased) take the waker (wakerFor, which checks c.closed under c.mu)
-// and only then join it (w.join, under w.mu), and nothing of a WithWait
-// Obtain is counted in c.dos, so Close can run to its end in between:
-// w.stop marks the waker closed and waits for the subscriptions it knows,
-// then the late join subscribes anew (subscribe never looks at w.closed),
-// starts a goroutine Close no longer waits for, and leave, seeing w.closed,
-// never lets it linger and end. The goroutine and its SUBSCRIBE connection
-// stay for the life of the process (the masters' clients are the
-// application's, never closed by Close). The interleaving is forced here
-// by calling the two halves in that order.
+// TestWaitAfterCloseStartsNoSubscription: obtainWait (and WaitReleased)
+// take the waker (wakerFor, which checks c.closed under c.mu) and only then
+// join it (w.join, under w.mu), so Close can run to its end in between. A
+// join after the waker stopped must start nothing: a subscription started
+// then would be a goroutine Close no longer waits for, with its SUBSCRIBE
+// connection, for the life of the process (the masters' clients are the
+// application's, never closed by Close). The interleaving is forced here by
+// calling the two halves in that order.
 func TestWaitAfterCloseStartsNoSubscription(t *testing.T) {
 	servers := redistest.Start(t, 1)
 	rdb := servers[0].Client()

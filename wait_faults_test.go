@@ -37,16 +37,17 @@ func (h *dialPanics) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // (TestPanickingHookFailsItsBatchOnly, TestLaneSurvivesTransportPanic,
 // TestPanickingHookOnAColdClusterDoesNotPanicTheCaller). The subscription
 // of a waiting Obtain dials on its own goroutine (waker.run: PubSub
-// Subscribe/Receive, through the client's dial hook) with no recover, so
-// the same hook kills the whole process. Run in a child process, since the
-// panic takes the test binary with it.
+// Subscribe/Receive, through the client's dial hook); a panic there is
+// recovered and counts as a lost subscription, never as the end of the
+// process. Run in a child process: an unrecovered panic would take the
+// test binary with it.
 func TestWaitSurvivesAPanickingDialHook(t *testing.T) {
-	if os.Getenv("REDLOCK_REVIEW_CHILD") == "1" {
+	if os.Getenv("REDLOCK_TEST_CHILD") == "1" {
 		panickingDialHookChild(t)
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWaitSurvivesAPanickingDialHook$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "REDLOCK_REVIEW_CHILD=1")
+	cmd.Env = append(os.Environ(), "REDLOCK_TEST_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		tail := out
@@ -96,13 +97,13 @@ func panickingDialHookChild(t *testing.T) {
 	hook.armed.Store(false)
 }
 
-// TestWaitReleasedWaitsOutAHoldAtLeast: WaitReleased's doc says it
-// returns nil "when releases of key are announced by enough masters that it
-// is no longer held on a quorum". keepScript (the early Release of a
-// WithHoldAtLeast lock) announces the release of a marked key but keeps the
-// key for the rest of the minimum hold, so WaitReleased returns at once
-// while the key is still held on every master, and an Obtain made right
-// after it is refused for the rest of the hold.
+// TestWaitReleasedWaitsOutAHoldAtLeast: WaitReleased returns once the key
+// is free on a quorum. keepScript (the early Release of a WithHoldAtLeast
+// lock) announces the release of a marked key but keeps the key for the
+// rest of the minimum hold; a wait that trusted the announcement would
+// return while the key is still held on every master, and an Obtain made
+// right after it would be refused for the rest of the hold. Every wake-up
+// is followed by a look at the key.
 func TestWaitReleasedWaitsOutAHoldAtLeast(t *testing.T) {
 	_, clients, a := cluster(t, 1)
 	b := newClient(t, clients)
@@ -141,15 +142,13 @@ func TestWaitReleasedWaitsOutAHoldAtLeast(t *testing.T) {
 	}
 }
 
-// TestAttachRefusesAMarkedToken: Attach confirms a lock held
-// under token. Every ownership script now takes a key whose value is
-// ARGV[1] or ARGV[1].."!" as ours, so once a waiter marked the key
-// (value T!), Attach(T+"!") matches the value itself and is confirmed:
-// on main it is refused (ErrLockLost). The bogus handle's Release then
-// deletes the key with the bare branch (v == ARGV[1]), without the
-// announcement, so the waiter that marked it sleeps to the holder's TTL;
-// and on a key the handle re-takes (its Extend after a restart) the value is
-// "T!", which a handle with token T (the real one) matches as marked.
+// TestAttachRefusesAMarkedToken: Attach confirms a lock held under token.
+// Every ownership script takes a key whose value is ARGV[1] or ARGV[1].."!"
+// as ours, so once a waiter marked the key (value T!), a handle attached
+// with T+"!" would match the value itself: its Release would delete the key
+// without the announcement (the waiter that marked it sleeps to the
+// holder's TTL), and a key it re-took would read "T!", which the real
+// holder's handle matches as marked. A token with the mark is refused.
 func TestAttachRefusesAMarkedToken(t *testing.T) {
 	_, clients, a := cluster(t, 1)
 	b := newClient(t, clients)
