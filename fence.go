@@ -122,7 +122,7 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 	}
 	o := l.op.with(opRaise, nil, fence)
 	o.deadline, o.done = capDeadline(ctx, time.Now().Add(timeout)), ctx.Done()
-	o.inline = o.done == nil
+	o.inline = true // as fanoutGated's
 	o.vals = ctx
 	raised := c.round()
 	defer raised.done()

@@ -2,9 +2,14 @@ package redlock
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // exec runs reqs as one batch on master 0's first lane, as its worker would,
@@ -169,4 +174,68 @@ func testOp(kind opKind, key, ckey, token string, ttlMs int64) op {
 		o.retakeBy = time.Now().Add(time.Minute).UnixMilli()
 	}
 	return o
+}
+
+// workerSeen is a go-redis hook that records whether a command ran on a
+// lane's worker goroutine.
+type workerSeen struct {
+	mu     sync.Mutex
+	worker []bool
+}
+
+func (h *workerSeen) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *workerSeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.see(cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+func (h *workerSeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.see("pipeline")
+		return next(ctx, cmds)
+	}
+}
+func (h *workerSeen) see(string) {
+	buf := make([]byte, 64<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	h.mu.Lock()
+	h.worker = append(h.worker, strings.Contains(string(buf), "(*lane).work"))
+	h.mu.Unlock()
+}
+
+// TestCancellableContextSendsInline: on one master whose client bounds
+// reads by the deadline, an Obtain and a Release made with a cancellable
+// context (a request's context, as most calls are) run on the caller's
+// goroutine when the lane is idle, not through the lane's worker: two
+// goroutine wake-ups fewer per round trip. A cancellation before the send
+// still drops the request (TestQueuedRequestsHonourDeadlineAndContext).
+func TestCancellableContextSendsInline(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	seen := &workerSeen{}
+	rdb.AddHook(seen)
+	c := newClient(t, []redis.UniversalClient{rdb})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 3 {
+		l, err := c.Obtain(ctx, "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if len(seen.worker) < 6 {
+		t.Fatalf("the hook saw %d commands, want at least 6", len(seen.worker))
+	}
+	for i, w := range seen.worker {
+		if w {
+			t.Errorf("command %d of %d ran on the lane's worker", i, len(seen.worker))
+		}
+	}
 }

@@ -42,7 +42,7 @@ type op struct {
 	// vals is the caller's context, for its values only (a span for a
 	// go-redis hook); it lives as long as the request.
 	vals   context.Context
-	inline bool // may run on the caller's goroutine: the caller waits for it and has no context to honour
+	inline bool // may run on the caller's goroutine: the caller waits for it
 	// again marks an acquire that may have run already (sent a second
 	// time after the master closed its connection): it goes in a form safe
 	// to run twice (see build, result). A Release sent again so is marked

@@ -110,7 +110,15 @@ func (c *Client) fanoutGated(ctx context.Context, o op, deadline time.Time, time
 	if o.kind != opRelease { // a Release goes out even when the caller gives up
 		o.done = ctx.Done()
 	}
-	o.inline = ctx.Done() == nil
+	// On a single master whose client bounds reads by the deadline, the
+	// request goes out on the caller's goroutine when the lane is idle, a
+	// cancellable ctx too: a cancellation before it is sent drops it, and
+	// one during its round trip is seen when the master answers or the
+	// deadline (the node timeout at most) ends the read, as with a plain
+	// go-redis call. Handing it to the lane's worker instead would cost
+	// two goroutine wake-ups per round trip on every call made with a
+	// request's context, to return sooner only from a master that stalls.
+	o.inline = true
 	o.vals = ctx
 	pending := len(c.nodes)
 	if gate >= 0 {
