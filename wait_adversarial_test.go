@@ -3,9 +3,13 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
 )
@@ -52,5 +56,133 @@ func TestWaitGatedKeyWithoutExpiryDoesNotSpin(t *testing.T) {
 	// About one attempt per node timeout (100-300ms) in 1.5s.
 	if n > 20 {
 		t.Errorf("%d attempts in 1.5s on a key without expiry: the waiter polls the gate master in a loop", n)
+	}
+}
+
+// dialHook runs f (when set) in every dial of the client it is added to.
+type dialHook struct {
+	f atomic.Pointer[func()]
+}
+
+func (h *dialHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if f := h.f.Load(); f != nil {
+			(*f)()
+		}
+		return next(ctx, network, addr)
+	}
+}
+func (h *dialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// waitingClient returns a Client over a fresh client of servers[0] with
+// hook added, and a Client a over the test's clients that holds "k" for
+// 20s, while b waits for it (subscribed and marked).
+func waitingClient(t *testing.T, hook *dialHook) (clients []redis.UniversalClient, b *redlock.Client, held *redlock.Lock, ch <-chan waited, cancel context.CancelFunc) {
+	servers, clients, a := cluster(t, 1)
+	rdb := servers[0].Client()
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(t.Context()).Err(); err != nil { // see TestWaitSubscriptionSurvivesPanickingHook
+		t.Fatal(err)
+	}
+	rdb.AddHook(hook)
+	b, err := redlock.New([]redis.UniversalClient{rdb}, redlock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err = a.Obtain(t.Context(), "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(t.Context())
+	ch = waitFor(wctx, b, "k", 20*time.Second)
+	marked(t, clients[0], "k")
+	subscribed(t, clients[0])
+	return clients, b, held, ch, cancel
+}
+
+// TestWaitCloseAfterPanickedReconnect: when a subscription's connection
+// breaks, go-redis's PubSub dials again inside Receive under its own mutex,
+// without a defer; a dial hook that panics there leaves that mutex locked
+// for good. The waker drops such a PubSub (waker.run), but it stayed the
+// subscription's current one until the next was made (after a retry delay),
+// and a Close (or the end of a linger) meanwhile closed it: Close blocked for
+// ever on the dead mutex, holding the waker's lock.
+func TestWaitCloseAfterPanickedReconnect(t *testing.T) {
+	hook := &dialHook{}
+	clients, b, _, ch, cancel := waitingClient(t, hook)
+	defer cancel()
+	var panics atomic.Int32
+	once := func() {
+		if panics.Add(1) == 1 {
+			panic("dial hook panics")
+		}
+	}
+	hook.f.Store(&once)
+	if err := clients[0].ClientKillByFilter(t.Context(), "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for panics.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if panics.Load() == 0 {
+		t.Fatal("the subscription did not dial again after its connection was killed")
+	}
+	time.Sleep(10 * time.Millisecond) // within the first retry delay (50ms)
+	closed := make(chan struct{})
+	go func() {
+		b.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close hangs after a dial hook panicked in a subscription's reconnect")
+	}
+	if w := outcome(t, ch, 5*time.Second); !errors.Is(w.err, redlock.ErrClosed) {
+		t.Errorf("waiting Obtain after Close: %v, want ErrClosed", w.err)
+	}
+}
+
+// TestWaitDialingSubscriptionHoldsNoWaiter: a subscription's PubSub may be
+// dialling (a master that is slow to accept, a hook) when the waker ends it
+// (the end of a linger, Close); closing the PubSub waits for that dial.
+// The waker's lock, which every waiter takes to begin and end a wait, must
+// not be held meanwhile: a waiting Obtain with a 300ms deadline blocked for
+// the rest of the dial.
+func TestWaitDialingSubscriptionHoldsNoWaiter(t *testing.T) {
+	hook := &dialHook{}
+	clients, b, _, ch, cancel := waitingClient(t, hook)
+	defer b.Close()
+	var slow atomic.Bool
+	slow.Store(true)
+	defer slow.Store(false)
+	stall := func() { // a dial that takes 6s, unless the test ends first
+		for i := 0; i < 600 && slow.Load(); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	hook.f.Store(&stall)
+	// The subscription's connection breaks: go-redis dials again, slowly.
+	if err := clients[0].ClientKillByFilter(t.Context(), "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the only waiter leaves: the subscription lingers 2s, then ends
+	if w := outcome(t, ch, 5*time.Second); w.err == nil {
+		t.Fatal("the waiter got the lock")
+	}
+	time.Sleep(2300 * time.Millisecond) // the linger has ended: closing the PubSub waits for the dial
+	start := time.Now()
+	wctx, wcancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer wcancel()
+	_, err := b.Obtain(wctx, "k", 20*time.Second, redlock.WithWait())
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting Obtain: %v, want its deadline", err)
+	}
+	if d := time.Since(start); d > 1200*time.Millisecond {
+		t.Errorf("a waiting Obtain with a 300ms deadline returned after %v: it waited for a subscription's dial", d)
 	}
 }

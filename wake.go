@@ -111,6 +111,9 @@ type sub struct {
 	users  int           // waiters using it
 	linger *time.Timer
 	stop   chan struct{}
+	// dead is the last PubSub whose go-redis call panicked (see run): its
+	// own mutex may be locked for good, so nobody waits for its Close.
+	dead *redis.PubSub
 }
 
 // wakerFor returns the Client's waker, made at the first wait; nil once
@@ -256,21 +259,27 @@ func (w *waker) subscribe(id subID) *sub {
 // unsubscribe ends s if it is still unused after its linger.
 func (w *waker) unsubscribe(s *sub) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if s.users > 0 || w.closed || w.subs[s.id] != s {
+		w.mu.Unlock()
 		return
 	}
 	delete(w.subs, s.id)
-	s.end()
+	ps := s.end()
+	w.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close() // may wait for a dial in progress: not under w.mu
+	}
 }
 
-// end stops s and closes its PubSub, which ends a Receive in progress;
-// w.mu is held.
-func (s *sub) end() {
+// end stops s and returns its PubSub, for the caller to close once w.mu is
+// released: closing it ends a Receive in progress, but waits for a dial
+// in progress on it (go-redis dials under the PubSub's mutex), and every
+// waiter of the Client takes w.mu to begin and end its wait. w.mu is held.
+func (s *sub) end() *redis.PubSub {
 	close(s.stop)
-	if s.ps != nil {
-		_ = s.ps.Close()
-	}
+	ps := s.ps
+	s.ps = nil
+	return ps
 }
 
 // The delays before a lost subscription is made again: the first, doubled
@@ -302,11 +311,19 @@ func (w *waker) run(s *sub) {
 		}
 		err := w.listen(s, ps, &delay)
 		w.confirmed(s, false)
-		if _, panicked := err.(errPanicked); !panicked {
+		if _, panicked := err.(errPanicked); panicked {
 			// A PubSub that panicked may hold its own lock (go-redis
-			// dials under it without a defer): closing it could block
-			// for ever. It is dropped instead; a panicking dial left it
-			// without a connection.
+			// dials again inside Receive under it, without a defer):
+			// closing it could block for ever. It is dropped instead,
+			// and end must not close it either; a panicking dial left
+			// it without a connection.
+			w.mu.Lock()
+			if s.ps == ps {
+				s.ps = nil
+			}
+			s.dead = ps
+			w.mu.Unlock()
+		} else {
 			_ = ps.Close()
 		}
 		backoff.Reset(delay)
@@ -442,18 +459,46 @@ func (c *Client) gateOf(full string) int {
 
 // stop ends every subscription and waits for their goroutines; Close
 // calls it once no wait can begin.
+//
+// The PubSubs are closed outside w.mu, each on a goroutine of its own: a
+// dial in progress on one (go-redis dials under the PubSub's mutex) that
+// panics leaves that mutex locked for good, and its Close would never
+// return. stop waits for every Close but those of PubSubs whose
+// goroutine saw such a panic (sub.dead), which stay blocked.
 func (w *waker) stop() {
+	type closing struct {
+		s    *sub
+		ps   *redis.PubSub
+		done chan struct{}
+	}
+	var cs []closing
 	w.mu.Lock()
 	w.closed = true
 	for id, s := range w.subs {
 		if s.linger != nil {
 			s.linger.Stop()
 		}
-		s.end()
+		if ps := s.end(); ps != nil {
+			cs = append(cs, closing{s, ps, make(chan struct{})})
+		}
 		delete(w.subs, id)
 	}
 	w.mu.Unlock()
-	w.wg.Wait()
+	for _, c := range cs {
+		go func() {
+			_ = c.ps.Close()
+			close(c.done)
+		}()
+	}
+	w.wg.Wait() // each goroutine has seen its PubSub closed, or panic
+	for _, c := range cs {
+		w.mu.Lock()
+		dead := c.s.dead == c.ps
+		w.mu.Unlock()
+		if !dead {
+			<-c.done
+		}
+	}
 }
 
 // quorumFree returns how long until a quorum of masters could be free,
