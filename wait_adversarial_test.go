@@ -3,7 +3,9 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 // attempts is an Observer that keeps the attempts of the last Obtain.
@@ -185,4 +188,69 @@ func TestWaitDialingSubscriptionHoldsNoWaiter(t *testing.T) {
 	if d := time.Since(start); d > 1200*time.Millisecond {
 		t.Errorf("a waiting Obtain with a 300ms deadline returned after %v: it waited for a subscription's dial", d)
 	}
+}
+
+// TestWaitResubscribesWhenTheMasterDropsTheChannel: a Redis Cluster master
+// drops its clients' subscriptions to the sharded channels of a slot it
+// stops serving (the slot migrated away, CLUSTER DELSLOTS), and tells them
+// with an "sunsubscribe" message; the connection stays open. A
+// subscription that took no notice stayed "confirmed" while it heard
+// nothing: every waiter of the key then slept out the holder's TTL (20s
+// here) instead of being woken by the release.
+func TestWaitResubscribesWhenTheMasterDropsTheChannel(t *testing.T) {
+	rc := startCluster(t, 3)
+	ctx := t.Context()
+	var cs []*redlock.Client
+	for range 2 {
+		cc := rc.Client()
+		t.Cleanup(func() { cc.Close() })
+		c := newClient(t, []redis.UniversalClient{cc}, redlock.WithKeyPrefix("lock:"), redlock.WithNodeTimeout(500*time.Millisecond))
+		cs = append(cs, c)
+	}
+	cc := rc.Client()
+	defer cc.Close()
+	held, err := cs[0].Obtain(ctx, "a", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := waitFor(ctx, cs[1], "a", 20*time.Second)
+	subscribedTo := func(want bool) error {
+		n, err := cc.PubSubShardNumSub(ctx, "lock:a").Result()
+		if err != nil {
+			return err
+		}
+		if got := n["lock:a"] > 0; got != want {
+			return fmt.Errorf("subscribed to lock:a: %v, want %v", got, want)
+		}
+		return nil
+	}
+	redistest.Eventually(t, func() error {
+		if v := get(t, cc, "lock:a"); !strings.HasSuffix(v, "!") {
+			return fmt.Errorf("lock:a holds %q, not marked", v)
+		}
+		return subscribedTo(true)
+	})
+	time.Sleep(700 * time.Millisecond) // the waiter relies on the wake-up
+	owner, err := cc.MasterForKey(ctx, "lock:a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := cc.ClusterKeySlot(ctx, "lock:a").Val()
+	// The master stops serving the slot, and serves it again: it drops the
+	// slot's shard channels' subscribers (sunsubscribe) on the way.
+	if err := owner.Do(ctx, "cluster", "delslots", slot).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Do(ctx, "cluster", "addslots", slot).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.WaitOK(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error { return subscribedTo(true) })
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wokenBy(t, ch, released, 3*time.Second).Release(ctx)
 }

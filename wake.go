@@ -357,6 +357,9 @@ func (w *waker) open(s *sub) *redis.PubSub {
 	return ps
 }
 
+// errDropped ends a subscription the master dropped (listen).
+var errDropped = errors.New("redlock: the master dropped the wake channel's subscription")
+
 // listen subscribes ps to s's channel and reads it until it fails, or
 // panics (the panic is returned as an errPanicked). A confirmation resets
 // *delay to the first retry delay.
@@ -377,9 +380,16 @@ func (w *waker) listen(s *sub, ps *redis.PubSub, delay *time.Duration) (err erro
 		msg, err = ps.Receive(ctx)
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
 				*delay = subRetryMin
 				w.confirmed(s, true)
+			case "unsubscribe", "sunsubscribe":
+				// The master dropped the subscription, its connection
+				// open: a Redis Cluster master no longer serving the
+				// channel's slot. It is made again, where the slot is
+				// now.
+				err = errDropped
 			}
 		case *redis.Message:
 			w.released(s.id.i, m.Payload)
