@@ -254,3 +254,34 @@ func TestWaitResubscribesWhenTheMasterDropsTheChannel(t *testing.T) {
 	}
 	wokenBy(t, ch, released, 3*time.Second).Release(ctx)
 }
+
+// TestWaitQueuedWaiterTimesOutAsTaken: a waiter queued behind its Client's
+// head asks no master; when its context ends, the key is held by another
+// owner (the head was refused), and the error says so: ErrTaken, as the
+// head's own would. It said ErrUnavailable ("an outage, not a reason to
+// skip quietly"), with every master "not answered".
+func TestWaitQueuedWaiterTimesOutAsTaken(t *testing.T) {
+	_, clients, a := cluster(t, 3)
+	b := newClient(t, clients, redlock.WithNodeTimeout(500*time.Millisecond))
+	ctx := t.Context()
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	head := waitFor(ctx, b, "k", 20*time.Second)
+	for _, c := range clients {
+		marked(t, c, "k") // the head was refused
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = b.Obtain(wctx, "k", 20*time.Second, redlock.WithWait())
+	if !errors.Is(err, redlock.ErrNotObtained) || !errors.Is(err, redlock.ErrTaken) || errors.Is(err, redlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("queued waiter at its deadline: %v, want ErrNotObtained, ErrTaken (not ErrUnavailable) and the deadline", err)
+	}
+	select {
+	case w := <-head:
+		t.Fatalf("the head returned: %v", w.err)
+	default:
+	}
+}

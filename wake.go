@@ -75,6 +75,10 @@ type waker struct {
 type keyWaiters struct {
 	queue    []*waiter // in arrival order; queue[0] is the head, who asks the masters
 	watchers []*waiter // WaitReleased calls
+	// last is the error of the last attempt a head of the key made: what
+	// a waiter behind it, which asks nobody, ends with when its wait
+	// ends (the key held by another owner, or masters unavailable).
+	last error
 }
 
 // A waiter is one waiting Obtain (or WaitReleased). Its flags are guarded
@@ -214,6 +218,22 @@ func (w *waker) leave(x *waiter) {
 			s.linger = time.AfterFunc(subLinger, func() { w.unsubscribe(s) })
 		}
 	}
+}
+
+// noteFailed records err, the failed attempt of x (a head), for the
+// waiters behind it.
+func (w *waker) noteFailed(x *waiter, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.keys[x.key].last = err
+}
+
+// lastFailed returns the error of the last failed attempt of a head of
+// x's key, or nil.
+func (w *waker) lastFailed(x *waiter) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.keys[x.key].last
 }
 
 // isHead reports whether x is its key's head.
@@ -583,6 +603,11 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		select {
 		case <-x.sig:
 		case <-ctx.Done():
+			// It asked no master: it ends as the head's last attempt did
+			// (the key held, most often), not as an outage.
+			if last := w.lastFailed(x); last != nil {
+				return nil, 0, nil, wrapCause(last, context.Cause(ctx))
+			}
 			return nil, 0, nil, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 		case <-c.closing:
 			return nil, 0, nil, c.closedObtain(ErrClosed)
@@ -611,6 +636,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			return nil, n, nil, err
 		}
 		last = err
+		w.noteFailed(x, err)
 		gate = -1
 		var qe *QuorumError
 		if first >= 0 && errors.As(err, &qe) {
