@@ -285,3 +285,42 @@ func TestWaitQueuedWaiterTimesOutAsTaken(t *testing.T) {
 	default:
 	}
 }
+
+// TestWaitReleasedNeedsNoReplicaAcks: WaitReleased's look at a key takes
+// nothing (it marks a held key as waited for, a hint that needs no
+// durability); WithReplicaAcks is about grants. With the replica frozen,
+// the master's answer "held" counted as no answer (its WAIT got 0 acks),
+// and WaitReleased returned ErrUnavailable at once, the key still held,
+// instead of waiting for the release.
+func TestWaitReleasedNeedsNoReplicaAcks(t *testing.T) {
+	_, replica, rdb, _ := replicated(t)
+	ctx := t.Context()
+	a := newClient(t, []redis.UniversalClient{rdb})
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, []redis.UniversalClient{rdb}, redlock.WithNodeTimeout(ackNodeTimeout), redlock.WithReplicaAcks(1, ackWait))
+	if err := replica.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Cont()
+	done := make(chan error, 1)
+	go func() { done <- c.WaitReleased(ctx, "k") }()
+	select {
+	case err := <-done:
+		t.Fatalf("WaitReleased returned %v with the key held: it waits for the release", err)
+	case <-time.After(time.Second):
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("WaitReleased after the release: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitReleased did not return after the release")
+	}
+}
