@@ -157,7 +157,8 @@ func (a replicaAcks) apply(c *config) { c.acks, c.ackWait, c.acksSet = a.n, a.ti
 // matches [ErrUnavailable], never lengthens the validity and shortens it as
 // any failed Extend does (see [Lock.Extend]). Releases are not waited for:
 // a replica that missed one keeps the key until its TTL, a delay, not a
-// second holder.
+// second holder. Nor are [Client.WaitReleased]'s looks at a key, which
+// grant nothing.
 //
 // It is an Option, for the whole Client, rather than an ObtainOption: the
 // replicas are a property of the masters, not of one lock, and a lock's

@@ -482,7 +482,12 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *ke
 		lapsed = true
 	}
 	if gate >= 0 && rd.nodes[gate].Err == ErrTaken { // nobody else asked
-		wait, blocked = time.Duration(max(rd.vals[gate], 0))*time.Millisecond, bit(gate)
+		blocked = bit(gate)
+		if pttl := rd.vals[gate]; pttl >= 0 {
+			wait = time.Duration(pttl) * time.Millisecond
+		} else { // a key without expiry (PTTL -1) says nothing of when it is free
+			wait = jitter(timeout/2, timeout)
+		}
 	} else {
 		var ok bool
 		if wait, ok = c.quorumFree(rd); !ok {

@@ -317,8 +317,9 @@ func (r *request) deletedBefore(n *node) bool {
 // wantsAcks reports whether r is a grant that, with WithReplicaAcks, counts
 // only once replicas acknowledged it: an acquire, a fence raise, an Extend.
 // A Release does not wait: a replica that missed it keeps the key until its
-// TTL, a delay, not a second holder.
-func (r *request) wantsAcks() bool { return r.kind != opRelease }
+// TTL, a delay, not a second holder. Nor does WaitReleased's look at a key
+// (opWatch): it grants nothing, and the wait mark it may leave is a hint.
+func (r *request) wantsAcks() bool { return r.kind != opRelease && r.kind != opWatch }
 
 // errNoWait marks a request that wants acknowledgements whose WAIT did not
 // run: never seen unless a send left the WAIT out.

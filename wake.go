@@ -75,6 +75,10 @@ type waker struct {
 type keyWaiters struct {
 	queue    []*waiter // in arrival order; queue[0] is the head, who asks the masters
 	watchers []*waiter // WaitReleased calls
+	// last is the error of the last attempt a head of the key made: what
+	// a waiter behind it, which asks nobody, ends with when its wait
+	// ends (the key held by another owner, or masters unavailable).
+	last error
 }
 
 // A waiter is one waiting Obtain (or WaitReleased). Its flags are guarded
@@ -111,6 +115,9 @@ type sub struct {
 	users  int           // waiters using it
 	linger *time.Timer
 	stop   chan struct{}
+	// dead is the last PubSub whose go-redis call panicked (see run): its
+	// own mutex may be locked for good, so nobody waits for its Close.
+	dead *redis.PubSub
 }
 
 // wakerFor returns the Client's waker, made at the first wait; nil once
@@ -213,6 +220,22 @@ func (w *waker) leave(x *waiter) {
 	}
 }
 
+// noteFailed records err, the failed attempt of x (a head), for the
+// waiters behind it.
+func (w *waker) noteFailed(x *waiter, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.keys[x.key].last = err
+}
+
+// lastFailed returns the error of the last failed attempt of a head of
+// x's key, or nil.
+func (w *waker) lastFailed(x *waiter) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.keys[x.key].last
+}
+
 // isHead reports whether x is its key's head.
 func (w *waker) isHead(x *waiter) bool {
 	w.mu.Lock()
@@ -256,21 +279,27 @@ func (w *waker) subscribe(id subID) *sub {
 // unsubscribe ends s if it is still unused after its linger.
 func (w *waker) unsubscribe(s *sub) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if s.users > 0 || w.closed || w.subs[s.id] != s {
+		w.mu.Unlock()
 		return
 	}
 	delete(w.subs, s.id)
-	s.end()
+	ps := s.end()
+	w.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close() // may wait for a dial in progress: not under w.mu
+	}
 }
 
-// end stops s and closes its PubSub, which ends a Receive in progress;
-// w.mu is held.
-func (s *sub) end() {
+// end stops s and returns its PubSub, for the caller to close once w.mu is
+// released: closing it ends a Receive in progress, but waits for a dial
+// in progress on it (go-redis dials under the PubSub's mutex), and every
+// waiter of the Client takes w.mu to begin and end its wait. w.mu is held.
+func (s *sub) end() *redis.PubSub {
 	close(s.stop)
-	if s.ps != nil {
-		_ = s.ps.Close()
-	}
+	ps := s.ps
+	s.ps = nil
+	return ps
 }
 
 // The delays before a lost subscription is made again: the first, doubled
@@ -302,11 +331,19 @@ func (w *waker) run(s *sub) {
 		}
 		err := w.listen(s, ps, &delay)
 		w.confirmed(s, false)
-		if _, panicked := err.(errPanicked); !panicked {
+		if _, panicked := err.(errPanicked); panicked {
 			// A PubSub that panicked may hold its own lock (go-redis
-			// dials under it without a defer): closing it could block
-			// for ever. It is dropped instead; a panicking dial left it
-			// without a connection.
+			// dials again inside Receive under it, without a defer):
+			// closing it could block for ever. It is dropped instead,
+			// and end must not close it either; a panicking dial left
+			// it without a connection.
+			w.mu.Lock()
+			if s.ps == ps {
+				s.ps = nil
+			}
+			s.dead = ps
+			w.mu.Unlock()
+		} else {
 			_ = ps.Close()
 		}
 		backoff.Reset(delay)
@@ -340,6 +377,9 @@ func (w *waker) open(s *sub) *redis.PubSub {
 	return ps
 }
 
+// errDropped ends a subscription the master dropped (listen).
+var errDropped = errors.New("redlock: the master dropped the wake channel's subscription")
+
 // listen subscribes ps to s's channel and reads it until it fails, or
 // panics (the panic is returned as an errPanicked). A confirmation resets
 // *delay to the first retry delay.
@@ -360,9 +400,16 @@ func (w *waker) listen(s *sub, ps *redis.PubSub, delay *time.Duration) (err erro
 		msg, err = ps.Receive(ctx)
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
 				*delay = subRetryMin
 				w.confirmed(s, true)
+			case "unsubscribe", "sunsubscribe":
+				// The master dropped the subscription, its connection
+				// open: a Redis Cluster master no longer serving the
+				// channel's slot. It is made again, where the slot is
+				// now.
+				err = errDropped
 			}
 		case *redis.Message:
 			w.released(s.id.i, m.Payload)
@@ -442,18 +489,46 @@ func (c *Client) gateOf(full string) int {
 
 // stop ends every subscription and waits for their goroutines; Close
 // calls it once no wait can begin.
+//
+// The PubSubs are closed outside w.mu, each on a goroutine of its own: a
+// dial in progress on one (go-redis dials under the PubSub's mutex) that
+// panics leaves that mutex locked for good, and its Close would never
+// return. stop waits for every Close but those of PubSubs whose
+// goroutine saw such a panic (sub.dead), which stay blocked.
 func (w *waker) stop() {
+	type closing struct {
+		s    *sub
+		ps   *redis.PubSub
+		done chan struct{}
+	}
+	var cs []closing
 	w.mu.Lock()
 	w.closed = true
 	for id, s := range w.subs {
 		if s.linger != nil {
 			s.linger.Stop()
 		}
-		s.end()
+		if ps := s.end(); ps != nil {
+			cs = append(cs, closing{s, ps, make(chan struct{})})
+		}
 		delete(w.subs, id)
 	}
 	w.mu.Unlock()
-	w.wg.Wait()
+	for _, c := range cs {
+		go func() {
+			_ = c.ps.Close()
+			close(c.done)
+		}()
+	}
+	w.wg.Wait() // each goroutine has seen its PubSub closed, or panic
+	for _, c := range cs {
+		w.mu.Lock()
+		dead := c.s.dead == c.ps
+		w.mu.Unlock()
+		if !dead {
+			<-c.done
+		}
+	}
 }
 
 // quorumFree returns how long until a quorum of masters could be free,
@@ -528,6 +603,11 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		select {
 		case <-x.sig:
 		case <-ctx.Done():
+			// It asked no master: it ends as the head's last attempt did
+			// (the key held, most often), not as an outage.
+			if last := w.lastFailed(x); last != nil {
+				return nil, 0, nil, wrapCause(last, context.Cause(ctx))
+			}
 			return nil, 0, nil, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 		case <-c.closing:
 			return nil, 0, nil, c.closedObtain(ErrClosed)
@@ -556,6 +636,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			return nil, n, nil, err
 		}
 		last = err
+		w.noteFailed(x, err)
 		gate = -1
 		var qe *QuorumError
 		if first >= 0 && errors.As(err, &qe) {
