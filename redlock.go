@@ -79,7 +79,8 @@ type Client struct {
 	sharded     bool   // a master shards keys by hash slot (Cluster, Ring)
 	shardedMask uint64 // bit i: master i is a Redis Cluster (wake.go)
 
-	wake *waker // made by the first wait (wake.go); guarded by mu
+	wake   *waker // made by the first wait (wake.go); guarded by mu
+	turnID string // this Client's id in the masters' turn queues (wake.go)
 
 	// Pools for the hot path; see round.go.
 	rounds, requests, timers sync.Pool
@@ -168,7 +169,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 			}
 		}
 	}
-	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{}), finished: make(chan struct{})}
+	c := &Client{quorum: len(masters)/2 + 1, cfg: cfg, epoch: time.Now(), closing: make(chan struct{}), finished: make(chan struct{}), turnID: newTurnID()}
 	for i, m := range masters {
 		if _, ok := m.(*redis.ClusterClient); ok {
 			c.sharded = true
@@ -431,19 +432,20 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 // attempt makes one try at the lock: on key, or, with set, on every key of
 // the set at once (key is then its first).
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet) (*Lock, []NodeError, error) {
-	l, nodes, _, _, err := c.try(ctx, key, ttl, set, newToken(), false, -1)
+	l, nodes, _, _, err := c.try(ctx, key, ttl, set, newToken(), "", -1)
 	return l, nodes, err
 }
 
 // try makes one try at the lock with token, on key or on set as attempt
-// does; marking (one key only), it also marks the key as waited for on the
-// masters that refuse (waitScript, wake.go). A failed try says which
+// does; with a turn (one key only: the Client's id and the turn queue
+// to carry, see waitScript), it also marks the key as waited for on the
+// masters that refuse and queues the Client there (wake.go). A failed try says which
 // masters it did not get (blocked, bit i for master i: refused, or no
 // answer before the outcome was decided, which may be a refusal too) and
 // how long until a quorum of the masters could be free (their keys' PTTL;
 // see quorumFree), or about a node timeout when they did not say. With
 // gate >= 0 it asks that master first (fanoutGated).
-func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *keySet, token string, marking bool, gate int) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
+func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *keySet, token string, turn string, gate int) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
 	if ctx.Err() != nil {
 		return nil, nil, 0, 0, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
@@ -458,10 +460,13 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *ke
 		if c.cfg.fencing {
 			kind, ckey = opAcquireFenced, counterKey(full)
 		}
-		if marking {
+		if turn != "" {
 			kind = opAcquireWait
 		}
 		l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
+		if turn != "" {
+			l.op.turn = turn
+		}
 	}
 	rd := c.fanoutGated(ctx, l.op, start.Add(timeout), timeout, gate)
 	defer rd.done()

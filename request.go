@@ -34,6 +34,7 @@ type op struct {
 	key, ckey, token any // strings; ckey is nil without fencing
 	ttl, fence       any // int64 milliseconds, int64
 	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
+	turn             any // string: a waiting acquire's Client id and the turn queue it carries (waitScript)
 	// sharded has bit i set for a master that is a Redis Cluster: a
 	// release there announces itself on a sharded channel (wake.go).
 	sharded  uint64
@@ -96,7 +97,7 @@ func newOp(kind opKind, key, ckey, token string) op {
 // Client.boxTTL), for the kinds that take one; fence is boxed only for the
 // kinds that send it.
 func (o op) with(kind opKind, ttl any, fence int64) op {
-	o.kind, o.ttl, o.fence, o.retakeBy = kind, ttl, nil, nil
+	o.kind, o.ttl, o.fence, o.retakeBy, o.turn = kind, ttl, nil, nil, nil
 	if kind == opRaise || (kind == opExtend && o.ckey != nil) {
 		o.fence = fence
 	}
@@ -168,9 +169,9 @@ func (r *request) build(eval, fresh bool) {
 		}
 	case opAcquireWait: // safe to send again: it finds our own token
 		if r.ckey == nil {
-			s, a = &waitScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
+			s, a = &waitScript, append(a, nil, nil, 1, r.key, r.token, r.ttl, r.turn)
 		} else {
-			s, a = &waitScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl)
+			s, a = &waitScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.turn)
 		}
 	case opWatch:
 		s, a = &watchScript, append(a, nil, nil, 1, r.key)

@@ -4,9 +4,11 @@ package redlock
 // KEYS, so it runs on a Redis Cluster (all KEYS of one call share a slot).
 //
 // A lock key's value is its owner's token, followed by the wait mark "!" (which
-// no token contains) once a waiter found the key held (wake.go): every
-// script that checks ownership accepts both, and only a marked key's
-// release is announced to waiters.
+// no token contains) once a waiter found the key held, and after the mark
+// by the turn queue: the ids of the Clients waiting for the key, in the
+// order they came, each turnIDLen characters (wake.go). Every script that
+// checks ownership accepts the token alone or followed by the mark, and
+// only a marked key's release is announced to waiters.
 //
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT. Their SHA1
 // digests are written out here (and checked by a test) so that no SHA1 code
@@ -29,11 +31,13 @@ func newScript(src, sha string) script { return script{src: src, sha: sha, srcAr
 // releaseScript deletes the lock only if we still own it. A key marked as
 // waited for (its value the token and the wait mark "!", set by waitScript or
 // watchScript when they found it held) is also announced on the wake
-// channel (see wake.go): the channel "redlock:wake" with the key as the
-// message, or, on a Redis Cluster master (ARGV[2] set), the key's own
-// sharded channel, named like the key so it shares its slot. An unmarked
-// key, the case with nobody waiting, costs what a bare compare-and-delete
-// does: the mark is in the value the script reads anyway.
+// channel (see wake.go): the channel "redlock:wake", or, on a Redis Cluster
+// master (ARGV[2] set), the key's own sharded channel, named like the key
+// so it shares its slot. The message is the key, followed, when Clients
+// queued for their turn, by a zero byte and the queue: its first Client
+// has the turn. An unmarked key, the case with nobody waiting, costs what
+// a bare compare-and-delete does: the mark is in the value the script
+// reads anyway.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
@@ -47,18 +51,23 @@ end
 if v == false then
 	return -1
 end
-if v == ARGV[1] .. '!' then
+local m = #ARGV[1] + 1
+if string.sub(v, 1, m) == ARGV[1] .. '!' then
 	redis.call('DEL', KEYS[1])
+	local msg = KEYS[1]
+	if #v > m then
+		msg = msg .. '\0' .. string.sub(v, m + 1)
+	end
 	if ARGV[2] then
-		redis.call('SPUBLISH', KEYS[1], KEYS[1])
+		redis.call('SPUBLISH', KEYS[1], msg)
 	else
-		redis.call('PUBLISH', 'redlock:wake', KEYS[1])
+		redis.call('PUBLISH', 'redlock:wake', msg)
 	end
 	return 1
 end
 return 0
 `,
-	"2fe8f480e5f5236921f01c97ffbaf8f7239301d2")
+	"64eba3fff8a55610ff75d31f6b99a861457f79d3")
 
 // keepScript is the Release of a lock held at least for a while
 // (WithHoldAtLeast) that is released early: if we still own it, its key
@@ -76,7 +85,7 @@ if v == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
-if v == ARGV[1] .. '!' then
+if string.sub(v or '', 1, #ARGV[1] + 1) == ARGV[1] .. '!' then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	if ARGV[3] then
 		redis.call('SPUBLISH', KEYS[1], KEYS[1])
@@ -90,7 +99,7 @@ if v == false then
 end
 return 0
 `,
-	"1efb2025c4f3d428f9cfb7b7e6225875057b336c")
+	"279f1d30a98884ddccd82a6a3296c3ee33ba17ac")
 
 // extendScript makes the lock's key on this master last at least TTL more
 // if we still own it, and re-takes the key where it has vanished (a restart
@@ -118,7 +127,7 @@ return 0
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
 //	         -1 absent and past the re-take deadline
 var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] or v == ARGV[1] .. '!' then
+if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
@@ -132,7 +141,7 @@ if v == false then
 end
 return 0
 `,
-	"4ad8504948d7d20227e67938c93336c5f1a8cec4")
+	"44257a65b66b6aca44720e51beb838a10fe19686")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -159,7 +168,7 @@ return 0
 //	ARGV[2]  the lock's fence
 //	returns  1 raised (or already at least the fence), 0 the lock is not ours there
 var raiseScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
+if v ~= ARGV[1] and not (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
 	return 0
 end
 local f = tonumber(ARGV[2])
@@ -168,7 +177,7 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < f then
 end
 return 1
 `,
-	"26f8240302c6bb8f0314b7cd6389c038150b61f9")
+	"2146193a430b154a35465017df7475d61c8cfea4")
 
 // extendFencedScript is extendScript for fenced locks: re-taking a vanished
 // key also raises that master's counter to the lock's fence.
@@ -182,7 +191,7 @@ return 1
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
 //	         -1 absent and past the re-take deadline
 var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] or v == ARGV[1] .. '!' then
+if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
@@ -199,7 +208,7 @@ if v == false then
 end
 return 0
 `,
-	"22a9b8443499e4171e0ae98475825f1afa6d8016")
+	"790ecff5a459f5420664dfeb356ef0770157e8a4")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
 // not lower than the highest fence the resource has seen. Fences are
@@ -236,8 +245,9 @@ return {1, f}
 //	KEYS[2]  fence counter, if any
 //	returns  {token or "", PTTL in ms (-2 absent, -1 no expiry), counter or ""}
 var inspectScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v and string.byte(v, -1) == 33 then
-	v = string.sub(v, 1, -2)
+local i = v and string.find(v, '!', 1, true)
+if i then
+	v = string.sub(v, 1, i - 1)
 end
 local t = redis.call('PTTL', KEYS[1])
 local f = false
@@ -246,7 +256,7 @@ if #KEYS > 1 then
 end
 return {v or '', t, f or ''}
 `,
-	"ff0e74d18617c4c9916426eff37378ea00903623")
+	"cf95411ae0ea02f1e2c2966b63bc004d040f72aa")
 
 // acquireAgainScript is the acquire sent a second time after the master
 // closed the connection of the first: the first may have run, and its key
@@ -257,7 +267,7 @@ return {v or '', t, f or ''}
 //	ARGV[2]  TTL in milliseconds
 //	returns  1 taken (now or by the first run), 0 held by another owner
 var acquireAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] or v == ARGV[1] .. '!' then
+if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
 	return 1
 end
 if v then
@@ -266,7 +276,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `,
-	"86d70d00e90d4952a98b7c20faecb02e97bbc448")
+	"120c0083fd787bf7499bc746ec3081913fc3ac7f")
 
 // acquireFencedAgainScript is acquireFencedScript sent a second time: when
 // the first run took the lock, the counter it raised is the fence.
@@ -277,7 +287,7 @@ return 1
 //	ARGV[2]  TTL in milliseconds
 //	returns  the fence (> 0) when taken, 0 when held by another owner
 var acquireFencedAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] or v == ARGV[1] .. '!' then
+if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
 	return tonumber(redis.call('GET', KEYS[2]) or '0')
 end
 if v then
@@ -286,41 +296,60 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return redis.call('INCR', KEYS[2])
 `,
-	"c7b1452312d817bf11c964878b9e5b7ee94f8e92")
+	"83e8813784c0683d5f9db2fe8371f4c638e827f0")
 
 // waitScript is the acquire of a waiting Obtain (WithWait). It takes the
-// key when it is free; when it is held, it marks it as waited for (appends
-// "!" to its value, once; APPEND keeps the key's expiry), so that the
-// release announces it on the wake channel (releaseScript), and returns the
-// key's remaining TTL, so that the waiter sleeps no longer than that. A key
-// that already holds our token is ours from this same request sent a
-// second time (the master closed the connection of the first).
+// key when it is free, with the turn queue the caller carries over from the
+// release it heard (the Clients after it, and itself again when it has more
+// waiters of the key). When the key is held, it marks it as waited for and
+// queues the caller's Client for its turn, unless queued already (APPEND
+// keeps the key's expiry), so that the release announces it on the wake
+// channel (releaseScript), and returns the key's remaining TTL, so that the
+// waiter sleeps no longer than that. A key that already holds our token is
+// ours from this same request sent a second time (the master closed the
+// connection of the first).
 //
 //	KEYS[1]  lock key
 //	KEYS[2]  fence counter, with fencing (same hash slot)
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
+//	ARGV[3]  the caller's Client id (turnIDLen characters), then the queue
+//	         to carry over (whole ids, maybe none)
 //	returns  {1, fence or 0} taken, {0, PTTL} held by another owner
 var waitScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == false then
-	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	local q = string.sub(ARGV[3], 9)
+	if q ~= '' then
+		q = '!' .. q
+	end
+	redis.call('SET', KEYS[1], ARGV[1] .. q, 'PX', ARGV[2])
 	if #KEYS > 1 then
 		return {1, redis.call('INCR', KEYS[2])}
 	end
 	return {1, 0}
 end
-if v == ARGV[1] or v == ARGV[1] .. '!' then
+if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
 	if #KEYS > 1 then
 		return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 	end
 	return {1, 0}
 end
-if string.byte(v, -1) ~= 33 then
-	redis.call('APPEND', KEYS[1], '!')
+local me = string.sub(ARGV[3], 1, 8)
+local i = string.find(v, '!', 1, true)
+if not i then
+	redis.call('APPEND', KEYS[1], '!' .. me)
+else
+	local j = i + 1
+	while j <= #v and string.sub(v, j, j + 7) ~= me do
+		j = j + 8
+	end
+	if j > #v then
+		redis.call('APPEND', KEYS[1], me)
+	end
 end
 return {0, redis.call('PTTL', KEYS[1])}
 `,
-	"f0b1cff8f5280af370f9113839a43947fb229885")
+	"2a05d8863c56fe9d5b232cc4d718fb2e7737907a")
 
 // watchScript is the look of Client.WaitReleased at a key: when held, it
 // marks it as waited for, like waitScript, so that its release is
@@ -332,12 +361,12 @@ var watchScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == false then
 	return -2
 end
-if string.byte(v, -1) ~= 33 then
+if not string.find(v, '!', 1, true) then
 	redis.call('APPEND', KEYS[1], '!')
 end
 return redis.call('PTTL', KEYS[1])
 `,
-	"115f3ef86492769548f969933a32ec0164fb65dc")
+	"443b1c9fec41bd0efea19e984b136041e7617eaa")
 
 // The scripts of a lock on several keys ([Client.ObtainMulti]). Each takes
 // the set's lock keys first in KEYS, then, where it needs them, their fence
@@ -365,7 +394,7 @@ var acquireSetScript = newScript(`local n = tonumber(ARGV[2])
 local mine = 0
 for i = 1, n do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
-	if v == ARGV[1] or v == ARGV[1] .. '!' then -- a waiter may have marked it since the first run
+	if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then -- a waiter may have marked it since the first run
 		mine = mine + 1
 	elseif v then
 		return -i
@@ -403,7 +432,7 @@ for i = 1, n do
 end
 return top
 `,
-	"ee827e399c5a489f52e7cba9d9eec3a84a7a73f0")
+	"57b2f6d39e963ddd4ebdbae819d79488daa2f756")
 
 // raiseSetScript is raiseScript for a set: it raises every key's counter to
 // the lock's fence, if every key of the set is still ours on this master.
@@ -416,7 +445,7 @@ return top
 var raiseSetScript = newScript(`local n = #KEYS / 2
 for i = 1, n do
 	local v = redis.call('GET', KEYS[i])
-	if v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
+	if v ~= ARGV[1] and not (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
 		return 0
 	end
 end
@@ -428,7 +457,7 @@ for i = n + 1, 2 * n do
 end
 return 1
 `,
-	"ac05fca01fa89729eea19a955b8f20c930bdbb27")
+	"0bca0742cce56ea544bfaf984895301f947ca273")
 
 // extendSetScript is extendScript for a set: if no key holds another
 // owner's token, it makes each key still ours last at least TTL more
@@ -453,7 +482,7 @@ for i = 1, n do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
 	if v == false then
 		gone[i] = true
-	elseif v ~= ARGV[1] and v ~= ARGV[1] .. '!' then
+	elseif v ~= ARGV[1] and not (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
 		return 0
 	end
 end
@@ -478,7 +507,7 @@ if next(gone) then
 end
 return 1
 `,
-	"6f45818f50871de5e220a95f0c5a436ed91900c0")
+	"1c45201c134a0ce0a05c6b24a12fc30521031e14")
 
 // releaseSetScript is releaseScript (and keepScript) for a set: it deletes
 // every key that still holds our token, and never another owner's; with
@@ -497,19 +526,25 @@ return 1
 //	            or kept either way)
 var releaseSetScript = newScript(`local other, gone = false, false
 local marked = ARGV[1] .. '!'
+local m = #marked
 for i = 1, #KEYS do
 	local v = redis.pcall('GET', KEYS[i]) -- a key of another type: another owner's (an error table), as SET NX finds it
-	if v == ARGV[1] or v == marked then
+	local mine = v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, m) == marked)
+	if mine then
 		if ARGV[2] ~= '' then
 			redis.call('PEXPIRE', KEYS[i], ARGV[2])
 		else
 			redis.call('DEL', KEYS[i])
 		end
-		if v == marked then
+		if v ~= ARGV[1] then
+			local msg = KEYS[i]
+			if ARGV[2] == '' and #v > m then -- freed: the queue's first has the turn
+				msg = msg .. '\0' .. string.sub(v, m + 1)
+			end
 			if ARGV[3] then
-				redis.call('SPUBLISH', KEYS[i], KEYS[i])
+				redis.call('SPUBLISH', KEYS[i], msg)
 			else
-				redis.call('PUBLISH', 'redlock:wake', KEYS[i])
+				redis.call('PUBLISH', 'redlock:wake', msg)
 			end
 		end
 	elseif v then
@@ -526,4 +561,4 @@ if gone then
 end
 return 1
 `,
-	"e2567c5ebfcf3fa686a0f0bb0ad5f6b1c2faab06")
+	"004c3aa677b1957d46bf0f9562aa485505a1ff49")

@@ -36,7 +36,7 @@ func TestWaitAfterCloseStartsNoSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := w.join("k", false) // the Obtain goes on: join, ask (ErrClosed), leave
-	w.leave(x)
+	w.leave(x, 0)
 
 	time.Sleep(subLinger + 500*time.Millisecond) // longer than a subscription lingers
 	n, err := rdb.PubSubNumSub(context.Background(), wakeChannel).Result()

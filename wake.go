@@ -12,10 +12,20 @@ package redlock
 // first, a try-once Obtain included.
 //
 // Within a Client, the waiters of one key queue in arrival order and only
-// the first (the head) asks the masters: a release wakes one request per
-// waiting Client, not one per waiter. Across Clients there is no order:
-// their heads race, and a refused head marks the key again and waits for
-// the next release.
+// the first (the head) asks the masters. Across Clients, the key's value
+// on each master holds a turn queue: a refused head appends its Client's
+// id (turnID) after the mark, once. The release of such a key announces
+// the queue with the key; the first Client in it has the turn: its head
+// asks at once, and its acquire carries the rest of the queue (and its own
+// id again at the end when it has more waiters of the key) into the new
+// value. The other Clients' heads hear that the turn went elsewhere and do
+// not ask: a release costs one request, not one per waiting Client. A
+// Client whose turn passes unused (its waiters gave up, its process
+// died) holds the others up for turnWait at most, after which they ask
+// as before. The turn is a courtesy between waiters, not a reservation:
+// the key is free once released, and a try-once Obtain, a polling one or
+// another Client asking then may take it first; the Clients queued stay
+// queued only if a refused one queues itself again.
 //
 // Rules this file keeps, each with the test that fails when it breaks:
 //   - A waiter relies on a wake-up only once this Client's subscriptions to
@@ -35,10 +45,13 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +71,36 @@ const wakeChannel = "redlock:wake"
 // subLinger is how long a subscription outlives its last waiter, so that
 // a key waited for again and again is not subscribed anew each time.
 const subLinger = 2 * time.Second
+
+// A pass is what a waiter heard of a turn given to another Client.
+type pass uint8
+
+const (
+	passNone   pass = iota
+	passQueued      // this Client queued after it: its turn comes
+	passGone        // this Client not queued: it must queue itself again
+)
+
+// turnIDLen is the length of a Client's id in the turn queues; waitScript
+// counts on it (8).
+const turnIDLen = 8
+
+// newTurnID returns a random Client id for the turn queues: base64url, so
+// it never holds the wait mark, and 48 random bits, so that two Clients
+// waiting for one key do not share one.
+func newTurnID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// turnWait is how long a head that heard the turn go to another Client
+// waits for that Client's acquire before it asks itself: long enough for
+// the other Client to hear the release and ask (a few round trips), short
+// enough that a turn nobody takes idles the key briefly.
+func turnWait(timeout time.Duration) time.Duration {
+	return min(max(timeout/10, time.Millisecond), 20*time.Millisecond)
+}
 
 // A waker is a Client's waiting machinery: its subscriptions and its
 // waiters by key. It exists from the first wait to Close.
@@ -87,10 +130,21 @@ type waiter struct {
 	key string
 	sig chan struct{} // buffered 1
 	// released: the masters (bit i) that announced a release of the key
-	// since the flags were last cleared; retry: a subscription this
-	// waiter relies on was (re)established, or it became the head.
+	// since the flags were last cleared, free for this Client (no turn
+	// queue, or this Client's turn); retry: a subscription this waiter
+	// relies on was (re)established, or it became the head; passed: a
+	// master gave the turn to another Client, with this Client queued
+	// after it (passQueued) or not (passGone); carry: the turn queue after
+	// this Client, from the last release that gave it the turn.
 	released uint64
 	retry    bool
+	passed   pass
+	carry    string
+	// behind, for a head that took over from one that obtained the key
+	// with this Client queued again in its value: how long to sleep
+	// before it asks (the lock's TTL), since the key is this Client's
+	// own and its release will give the turn.
+	behind time.Duration
 }
 
 func (x *waiter) signal() {
@@ -188,9 +242,12 @@ func (w *waker) join(full string, watch bool) *waiter {
 }
 
 // leave removes x, gives the head's turn to the next waiter, and lets
-// subscriptions without users linger, then end. A nil x (join after the
-// waker stopped) has nothing to leave.
-func (w *waker) leave(x *waiter) {
+// subscriptions without users linger, then end. held is the TTL of the
+// lock x obtained with this Client queued again in the key's value, or 0:
+// the next head then sleeps until that lock's release gives the turn
+// instead of asking at once. A nil x (join after the waker stopped) has
+// nothing to leave.
+func (w *waker) leave(x *waiter, held time.Duration) {
 	if x == nil {
 		return
 	}
@@ -200,8 +257,19 @@ func (w *waker) leave(x *waiter) {
 	if i := slices.Index(kw.queue, x); i >= 0 {
 		kw.queue = slices.Delete(kw.queue, i, i+1)
 		if i == 0 && len(kw.queue) > 0 {
-			kw.queue[0].retry = true // the new head asks at once
-			kw.queue[0].signal()
+			h := kw.queue[0]
+			h.released, h.passed, h.carry = 0, passNone, ""
+			switch {
+			case held > 0:
+				h.behind = held
+			case x.carry != "" || x.released != 0:
+				// x had the turn, or heard a release, and did not use it
+				h.released, h.carry = x.released, x.carry
+				h.retry = true
+			default:
+				h.retry = true // the new head asks at once
+			}
+			h.signal()
 		}
 	} else if i := slices.Index(kw.watchers, x); i >= 0 {
 		kw.watchers = slices.Delete(kw.watchers, i, i+1)
@@ -244,11 +312,24 @@ func (w *waker) isHead(x *waiter) bool {
 }
 
 // ready reports whether every master's subscription for x's key is
-// confirmed, and clears x's flags: what happens from now on counts.
-func (w *waker) ready(x *waiter) bool {
+// confirmed, and clears x's flags: what happens from now on counts. It
+// returns the turn argument of x's next acquire (waitScript): this
+// Client's id, then the queue x's turn carries over, then this Client's
+// id again when it has more waiters of the key.
+func (w *waker) ready(x *waiter) (subscribed bool, turn string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	x.released, x.retry = 0, false
+	turn = w.c.turnID + x.carry
+	if len(w.keys[x.key].queue) > 1 && !queued(x.carry, w.c.turnID) {
+		turn += w.c.turnID
+	}
+	x.released, x.retry, x.passed, x.carry = 0, false, passNone, ""
+	return w.subscribed(x), turn
+}
+
+// subscribed reports whether every master's subscription for x's key is
+// confirmed; w.mu is held.
+func (w *waker) subscribed(x *waiter) bool {
 	for i := range w.c.nodes {
 		if s := w.subs[subID{i, w.c.channelOf(i, x.key)}]; s == nil || !s.ready {
 			return false
@@ -257,12 +338,35 @@ func (w *waker) ready(x *waiter) bool {
 	return true
 }
 
-// flags returns the masters that announced a release since x's flags were
-// cleared, and whether to ask again at once.
-func (w *waker) flags(x *waiter) (released uint64, retry bool) {
+// behind returns, and clears, how long x, a new head, is to sleep before
+// it asks (waiter.behind), and whether the subscriptions it relies on are
+// confirmed.
+func (w *waker) behind(x *waiter) (time.Duration, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return x.released, x.retry
+	d := x.behind
+	x.behind = 0
+	return d, w.subscribed(x)
+}
+
+// queued reports whether the turn queue q holds id.
+func queued(q, id string) bool {
+	for ; len(q) >= turnIDLen; q = q[turnIDLen:] {
+		if q[:turnIDLen] == id {
+			return true
+		}
+	}
+	return false
+}
+
+// flags returns the masters that announced a release since x's flags were
+// cleared, whether to ask again at once, and what x heard of a turn given
+// to another Client since the last call (it clears that).
+func (w *waker) flags(x *waiter) (released uint64, retry bool, passed pass) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	passed, x.passed = x.passed, passNone
+	return x.released, x.retry, passed
 }
 
 // subscribe starts the subscription id; w.mu is held. The goroutine makes
@@ -445,18 +549,40 @@ func (w *waker) confirmed(s *sub, ok bool) {
 	}
 }
 
-// released handles master i's announcement that key was released: the
-// head of its waiters and its watchers hear of it.
-func (w *waker) released(i int, key string) {
+// released handles master i's announcement msg that a key was released:
+// the key, and when Clients queued for their turn, a zero byte and the
+// queue (releaseScript). The head of the key's waiters hears of it if the
+// turn is this Client's, or there is no queue; otherwise it learns that
+// the turn went to another Client. The key's watchers hear of it either
+// way.
+func (w *waker) released(i int, msg string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	key, q := msg, ""
 	kw := w.keys[key]
-	if kw == nil {
-		return
+	if kw == nil { // a key followed by its turn queue?
+		j := strings.LastIndexByte(msg, 0)
+		if j < 0 || len(msg)-j-1 < turnIDLen || (len(msg)-j-1)%turnIDLen != 0 {
+			return
+		}
+		key, q = msg[:j], msg[j+1:]
+		if kw = w.keys[key]; kw == nil {
+			return
+		}
 	}
 	if len(kw.queue) > 0 {
-		kw.queue[0].released |= bit(i)
-		kw.queue[0].signal()
+		h := kw.queue[0]
+		if q == "" || q[:turnIDLen] == w.c.turnID {
+			h.released |= bit(i)
+			if q != "" {
+				h.carry = q[turnIDLen:]
+			}
+		} else if queued(q[turnIDLen:], w.c.turnID) {
+			h.passed = max(h.passed, passQueued)
+		} else {
+			h.passed = passGone
+		}
+		h.signal()
 	}
 	for _, x := range kw.watchers {
 		x.released |= bit(i)
@@ -557,17 +683,25 @@ func (c *Client) quorumFree(rd *round) (time.Duration, bool) {
 // sleepUntil waits until x hears from at least need of the masters in
 // from that they released its key (a wake-up), until the timer fires, or
 // until it is told to ask again; it returns the error that ends the wait
-// when ctx ends or the Client closes.
-func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *time.Timer, from uint64, need int) error {
+// when ctx ends or the Client closes. When a master gives the turn to
+// another Client with this one queued after it, the timer is set to wait
+// from then (turnWait: the other Client's acquire carries the queue on, or
+// it does not come); when this Client is not queued (a Client that did not
+// carry the queue took the key since it queued), to a fraction of that:
+// long enough for the other Client's acquire to land first, so that this
+// one's, refused, queues it again.
+func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *time.Timer, from uint64, need int, wait time.Duration) error {
 	need = max(need, 1)
-	defer func() {
+	stop := func() {
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
 		}
-	}()
+	}
+	defer stop()
+	short := false // the timer is set to queue x again: later passes do not put it off
 	for {
 		select {
 		case <-ctx.Done():
@@ -577,9 +711,19 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 		case <-timer.C:
 			return nil
 		case <-x.sig:
-			released, retry := w.flags(x)
+			released, retry, passed := w.flags(x)
 			if retry || bits.OnesCount64(released&from) >= need {
 				return nil
+			}
+			switch {
+			case short:
+			case passed == passQueued:
+				stop()
+				timer.Reset(wait)
+			case passed == passGone:
+				stop()
+				timer.Reset(max(wait/10, 200*time.Microsecond))
+				short = true
 			}
 		}
 	}
@@ -598,17 +742,22 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	if x == nil {
 		return nil, 0, nil, c.closedObtain(ErrClosed)
 	}
-	defer w.leave(x)
+	var held time.Duration // see leave
+	defer func() { w.leave(x, held) }()
+	// unasked is the end of a wait that asked no master: it ends as the
+	// head's last attempt did (the key held, most often), not as an
+	// outage.
+	unasked := func(cause error) error {
+		if last := w.lastFailed(x); last != nil {
+			return wrapCause(last, cause)
+		}
+		return c.unanswered("obtain", nil, cause, ErrNotObtained)
+	}
 	for !w.isHead(x) { // this Client's waiters of the key, in arrival order
 		select {
 		case <-x.sig:
 		case <-ctx.Done():
-			// It asked no master: it ends as the head's last attempt did
-			// (the key held, most often), not as an outage.
-			if last := w.lastFailed(x); last != nil {
-				return nil, 0, nil, wrapCause(last, context.Cause(ctx))
-			}
-			return nil, 0, nil, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
+			return nil, 0, nil, unasked(context.Cause(ctx))
 		case <-c.closing:
 			return nil, 0, nil, c.closedObtain(ErrClosed)
 		}
@@ -616,6 +765,21 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	timeout := c.cfg.timeout(ttl)
+	all := uint64(1)<<len(c.nodes) - 1
+	if d, subscribed := w.behind(x); d > 0 {
+		// The head before x holds the key and queued this Client again:
+		// its release gives the turn.
+		if !subscribed {
+			d = min(d, timeout)
+		}
+		timer.Reset(d + time.Millisecond)
+		if cause := c.sleepUntil(ctx, w, x, timer, all, c.quorum, turnWait(timeout)); cause != nil {
+			if errors.Is(cause, ErrClosed) {
+				return nil, 0, nil, c.closedObtain(ErrClosed)
+			}
+			return nil, 0, nil, unasked(cause)
+		}
+	}
 	// The first attempt asks every master (and marks the key on every
 	// one that refuses); the next ones ask the gate first, while it
 	// answers. last is the error of the last attempt that asked every
@@ -623,9 +787,12 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	gate, first := -1, c.gateOf(full)
 	var last error
 	for n = 1; ; n++ {
-		subscribed := w.ready(x)
-		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), true, gate)
+		subscribed, turn := w.ready(x)
+		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, gate)
 		if err == nil {
+			if len(turn) > turnIDLen && turn[len(turn)-turnIDLen:] == c.turnID {
+				held = ttl
+			}
 			return lock, n, nodes, nil
 		}
 		atGate := gate >= 0 && blocked == bit(gate)
@@ -654,7 +821,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		// A quorum can be free once so many of the masters it did not get
 		// announce a release.
 		need := bits.OnesCount64(blocked) - (len(c.nodes) - c.quorum)
-		if cause := c.sleepUntil(ctx, w, x, timer, blocked, need); cause != nil {
+		if cause := c.sleepUntil(ctx, w, x, timer, blocked, need, turnWait(timeout)); cause != nil {
 			return nil, n, nil, wrapCause(err, cause)
 		}
 	}
@@ -689,12 +856,12 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	if x == nil {
 		return ErrClosed
 	}
-	defer w.leave(x)
+	defer w.leave(x, 0)
 	timeout := c.cfg.timeout(maxDefaultNodeTimeout * 10)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		subscribed := w.ready(x)
+		subscribed, _ := w.ready(x)
 		o := c.newOp(opWatch, full, "", "")
 		rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
 		var held uint64
@@ -733,7 +900,7 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 		// announce a release; then look again: a release may have left
 		// the key for the rest of a minimum hold (keepScript).
 		need := c.quorum - absent
-		if cause := c.sleepUntil(ctx, w, x, timer, held, need); cause != nil {
+		if cause := c.sleepUntil(ctx, w, x, timer, held, need, timeout); cause != nil {
 			return fmt.Errorf("redlock: waiting for %q to be released: %w", key, cause)
 		}
 	}
