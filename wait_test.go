@@ -481,8 +481,8 @@ func TestWaitNoHerd(t *testing.T) {
 	n := requests() - before
 	// Per hand-over: the release, one ask per Client woken (3), and the
 	// ask of the winner's next waiter, which finds the key held.
-	if per := float64(n) / waiters; per > 5 {
-		t.Errorf("%d scripts run for %d hand-overs: %.1f each, want at most 5", n, waiters, per)
+	if per := float64(n) / waiters; per > 3 {
+		t.Errorf("%d scripts run for %d hand-overs: %.1f each, want at most 3", n, waiters, per)
 	}
 }
 

@@ -96,10 +96,12 @@ func newTurnID() string {
 
 // turnWait is how long a head that heard the turn go to another Client
 // waits for that Client's acquire before it asks itself: long enough for
-// the other Client to hear the release and ask (a few round trips), short
-// enough that a turn nobody takes idles the key briefly.
+// the other Client to hear the release and ask (a few round trips, and a
+// loaded machine's scheduling delays), short enough that a turn nobody
+// takes idles the key briefly: a tenth of the node timeout, from 1 ms to
+// 50 ms.
 func turnWait(timeout time.Duration) time.Duration {
-	return min(max(timeout/10, time.Millisecond), 20*time.Millisecond)
+	return min(max(timeout/10, time.Millisecond), 50*time.Millisecond)
 }
 
 // A waker is a Client's waiting machinery: its subscriptions and its

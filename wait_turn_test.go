@@ -1,0 +1,236 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+// The turn queue: a refused waiter queues its Client's id after the wait
+// mark; a release gives the turn to the first Client queued, whose
+// acquire carries the rest of the queue into its own value.
+
+// queueOf returns the turn queue in key's value on the master: the Client
+// ids after the mark, 8 characters each.
+func queueOf(t *testing.T, rdb redis.UniversalClient, key string) []string {
+	t.Helper()
+	v := get(t, rdb, key)
+	i := strings.IndexByte(v, '!')
+	if i < 0 {
+		return nil
+	}
+	var q []string
+	for s := v[i+1:]; len(s) >= 8; s = s[8:] {
+		q = append(q, s[:8])
+	}
+	return q
+}
+
+// queuedN waits until key's turn queue on the master has n ids, and
+// returns them.
+func queuedN(t *testing.T, rdb redis.UniversalClient, key string, n int) []string {
+	t.Helper()
+	var q []string
+	redistest.Eventually(t, func() error {
+		if q = queueOf(t, rdb, key); len(q) != n {
+			return fmt.Errorf("%s's turn queue is %q, want %d ids", key, q, n)
+		}
+		return nil
+	})
+	return q
+}
+
+// handOver releases l and returns which of the waits obtained the key
+// next, with the lock; took is how long after the release it came.
+func handOver(t *testing.T, l *redlock.Lock, waits map[string]<-chan waited) (who string, next *redlock.Lock, took time.Duration) {
+	t.Helper()
+	start := time.Now()
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		for name, ch := range waits {
+			select {
+			case w := <-ch:
+				if w.err != nil {
+					t.Fatalf("%s: %v", name, w.err)
+				}
+				delete(waits, name)
+				return name, w.l, time.Since(start)
+			default:
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatal("no waiter obtained the key within 10s of the release")
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// fairWithin is how long a hand-over may take for the turn to be sure
+// to hold: a Client whose turn does not come within turnWait (at least
+// 50 ms with the default node timeout) is passed over, so a slower
+// hand-over (a loaded machine) proves nothing either way.
+const fairWithin = 40 * time.Millisecond
+
+// TestWaitTurnsAcrossClients: three Clients' waiters queue in order B, C,
+// D on a held key; the releases hand it to B, then C, then D, each
+// carrying the rest of the queue.
+func TestWaitTurnsAcrossClients(t *testing.T) {
+	_, clients, a := cluster(t, 1)
+	m := clients[0]
+	ctx := t.Context()
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := map[string]<-chan waited{}
+	var ids []string
+	for n, name := range []string{"B", "C", "D"} {
+		c := newClient(t, clients)
+		waits[name] = waitFor(ctx, c, "k", 20*time.Second)
+		ids = queuedN(t, m, "k", n+1)
+	}
+	subscribedAll(t, clients)
+	l := held
+	for i, want := range []string{"B", "C", "D"} {
+		who, next, took := handOver(t, l, waits)
+		if who != want && took <= fairWithin {
+			t.Fatalf("hand-over %d: %s obtained the key %v after the release, want %s (first in the queue %q)", i, who, took, want, ids)
+		}
+		if who != want {
+			t.Logf("hand-over %d took %v: %s was passed over, which a slow machine allows", i, took, want)
+			next.Release(ctx)
+			return
+		}
+		if q := queueOf(t, m, "k"); fmt.Sprint(q) != fmt.Sprint(ids[i+1:]) {
+			t.Fatalf("after hand-over %d the key's queue is %q, want the rest %q carried over", i, q, ids[i+1:])
+		}
+		l = next
+	}
+	l.Release(ctx)
+}
+
+// TestWaitTurnsRoundRobin: a Client with two waiters of a key and one with
+// one, queued B, C: the turns go B, C, B (round robin between Clients,
+// first come first served within one), and B's second waiter, behind its
+// Client's own lock, asks nobody until the turn comes back.
+func TestWaitTurnsRoundRobin(t *testing.T) {
+	_, clients, a := cluster(t, 1)
+	m := clients[0]
+	ctx := t.Context()
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newClient(t, clients)
+	c := newClient(t, clients)
+	waits := map[string]<-chan waited{}
+	waits["B1"] = waitFor(ctx, b, "k", 20*time.Second)
+	ids := queuedN(t, m, "k", 1)
+	waits["C"] = waitFor(ctx, c, "k", 20*time.Second)
+	ids = queuedN(t, m, "k", 2)
+	waits["B2"] = waitFor(ctx, b, "k", 20*time.Second)
+	subscribedAll(t, clients) // and B2 queued behind B1 in its Client
+	who, l, took := handOver(t, held, waits)
+	if who != "B1" {
+		t.Fatalf("first hand-over (%v) went to %s, want B1", took, who)
+	}
+	// B1's value carries C, then B again for its second waiter.
+	if q := queueOf(t, m, "k"); fmt.Sprint(q) != fmt.Sprint([]string{ids[1], ids[0]}) {
+		t.Fatalf("B1 holds the key with queue %q, want %q", q, []string{ids[1], ids[0]})
+	}
+	for i, want := range []string{"C", "B2"} {
+		who, next, took := handOver(t, l, waits)
+		if who != want && took <= fairWithin {
+			t.Fatalf("hand-over %d: %s obtained the key %v after the release, want %s", i+1, who, took, want)
+		}
+		l = next
+		if who != want {
+			t.Logf("hand-over %d took %v: %s was passed over, which a slow machine allows", i+1, took, want)
+			break
+		}
+	}
+	l.Release(ctx)
+}
+
+// TestWaitUnusedTurn: the first Client queued gives up (its waiter's
+// context ends); the release gives it the turn, which nobody takes, and
+// the next Client queued asks soon after (turnWait), not at the TTL the
+// release left on its timer.
+func TestWaitUnusedTurn(t *testing.T) {
+	_, clients, a := cluster(t, 1)
+	m := clients[0]
+	ctx := t.Context()
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newClient(t, clients)
+	c := newClient(t, clients)
+	bctx, cancel := context.WithCancel(ctx)
+	gone := waitFor(bctx, b, "k", 20*time.Second)
+	queuedN(t, m, "k", 1)
+	ch := waitFor(ctx, c, "k", 20*time.Second)
+	queuedN(t, m, "k", 2)
+	subscribedAll(t, clients)
+	cancel()
+	if w := outcome(t, gone, 5*time.Second); w.err == nil {
+		t.Fatal("B's wait obtained the key after its context ended")
+	}
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The holder's TTL was 20s: C asking within a few seconds shows it
+	// was not left to its timer.
+	l := wokenBy(t, ch, released, 5*time.Second)
+	l.Release(ctx)
+}
+
+// TestWaitTurnToAGoneProcess: a release gives the turn to a Client that
+// is closed (a process gone), and the waiter queued after it, in another
+// Client, still gets the key; the closed Client's id never blocks it.
+func TestWaitTurnToAGoneProcess(t *testing.T) {
+	_, clients, a := cluster(t, 3)
+	ctx := t.Context()
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := redlock.New(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, clients)
+	gone := waitFor(ctx, b, "k", 20*time.Second)
+	for _, m := range clients {
+		marked(t, m, "k")
+	}
+	ch := waitFor(ctx, c, "k", 20*time.Second)
+	redistest.Eventually(t, func() error {
+		for i, m := range clients {
+			if q := queueOf(t, m, "k"); len(q) != 2 {
+				return fmt.Errorf("master %d: queue %q, want two Clients", i, q)
+			}
+		}
+		return nil
+	})
+	b.Close()
+	<-gone
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := wokenBy(t, ch, released, 5*time.Second)
+	l.Release(ctx)
+}
