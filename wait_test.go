@@ -442,8 +442,10 @@ func TestWaitReleased(t *testing.T) {
 }
 
 // TestWaitNoHerd: 24 waiters of one key over 3 Clients, each holding 1ms:
-// a release wakes one waiter per Client, so the masters see few requests
-// per hand-over (a herd would send one per waiter).
+// a release gives the turn to one Client, whose waiter alone asks, so the
+// masters see about two requests per hand-over, the release and one
+// acquire (a herd would send one per waiter; one per Client, without turns,
+// was over four).
 func TestWaitNoHerd(t *testing.T) {
 	_, clients, _ := cluster(t, 1)
 	ctx := t.Context()

@@ -73,7 +73,7 @@ func (e *env) waitedFor(t *testing.T, key string, subscribers int64) {
 		for {
 			v, _ := m.Get(context.Background(), e.prefix+key).Result()
 			n, _ := m.PubSubNumSub(context.Background(), "redlock:wake").Result()
-			if strings.HasSuffix(v, "!") && n["redlock:wake"] >= subscribers {
+			if strings.Contains(v, "!") && n["redlock:wake"] >= subscribers {
 				break
 			}
 			if time.Now().After(deadline) {
