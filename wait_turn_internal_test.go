@@ -1,6 +1,9 @@
 package redlock
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestReleasedReadsTheTurnQueue: a wake message is a key, or a key, a zero
 // byte and the turn queue; the head hears its Client's turn (with the
@@ -47,5 +50,21 @@ func TestReleasedReadsTheTurnQueue(t *testing.T) {
 	w.released(0, odd)
 	if y.released != 1 || y.passed != passNone {
 		t.Fatalf("key %q read as a queue: released %b, passed %d", odd, y.released, y.passed)
+	}
+}
+
+// TestQuorumFreeCountsAnExpiringKey: a refusal with a PTTL of 0 (the key
+// expires within the millisecond) is a master free at once, not one that
+// says nothing of when it frees (which sent the waiter to sleep for about
+// a node timeout).
+func TestQuorumFreeCountsAnExpiringKey(t *testing.T) {
+	c := &Client{quorum: 2}
+	rd := &round{
+		nodes: []NodeError{{Err: ErrTaken}, {Err: ErrTaken}, {Err: errNoReply}},
+		vals:  []int64{0, 30},
+	}
+	wait, ok := c.quorumFree(rd)
+	if !ok || wait != 30*time.Millisecond {
+		t.Fatalf("quorumFree = %v, %v; want 30ms, true", wait, ok)
 	}
 }

@@ -669,7 +669,7 @@ func (c *Client) quorumFree(rd *round) (time.Duration, bool) {
 		switch {
 		case n.Err == nil || n.Err == errAbsent:
 			waits = append(waits, 0)
-		case n.Err == ErrTaken && rd.vals[i] > 0:
+		case n.Err == ErrTaken && rd.vals[i] >= 0: // its PTTL; 0: it expires within the millisecond
 			waits = append(waits, time.Duration(rd.vals[i])*time.Millisecond)
 		case n.Err == ErrTaken && rd.vals[i] == -2: // gone since
 			waits = append(waits, 0)
