@@ -234,3 +234,38 @@ func TestWaitTurnToAGoneProcess(t *testing.T) {
 	l := wokenBy(t, ch, released, 5*time.Second)
 	l.Release(ctx)
 }
+
+// TestWaitUncontendedSubscribesNothing: a WithWait Obtain that gets the
+// key at its first attempt opens no subscription (on a Redis Cluster that
+// would be a connection per key): subscriptions start when a waiter first
+// sleeps.
+func TestWaitUncontendedSubscribesNothing(t *testing.T) {
+	_, clients, a := cluster(t, 1)
+	ctx := t.Context()
+	for i := range 20 {
+		l, err := a.Obtain(ctx, fmt.Sprint("free:", i), 10*time.Second, redlock.WithWait())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a subscription would be made by now
+	n, err := clients[0].PubSubNumSub(ctx, "redlock:wake").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n["redlock:wake"] != 0 {
+		t.Fatalf("%d subscriptions to the wake channel after uncontended waits, want none", n["redlock:wake"])
+	}
+	// A waiter that sleeps subscribes, and is woken by the release.
+	held, ch := holdAndWait(t, a, newClient(t, clients))
+	marked(t, clients[0], "k")
+	subscribedAll(t, clients)
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wokenBy(t, ch, released, 5*time.Second).Release(ctx)
+}

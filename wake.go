@@ -147,6 +147,7 @@ type waiter struct {
 	// before it asks (the lock's TTL), since the key is this Client's
 	// own and its release will give the turn.
 	behind time.Duration
+	using  bool // it holds a use of its key's subscriptions (use)
 }
 
 func (x *waiter) signal() {
@@ -206,11 +207,10 @@ func (c *Client) newOp(kind opKind, full, ckey, token string) op {
 	return o
 }
 
-// join adds a waiter of full (a watcher with watch set) and takes a use of
-// its subscriptions, starting those not running. It returns nil, and
-// starts nothing, once the waker is stopped: Close may run to its end
-// between a wait's wakerFor and its join, and a subscription started then
-// would outlive the Client.
+// join adds a waiter of full (a watcher with watch set). It returns nil
+// once the waker is stopped: Close may run to its end between a wait's
+// wakerFor and its join, and a subscription started for the waiter then
+// (use) would outlive the Client.
 func (w *waker) join(full string, watch bool) *waiter {
 	x := &waiter{key: full, sig: make(chan struct{}, 1)}
 	w.mu.Lock()
@@ -228,8 +228,23 @@ func (w *waker) join(full string, watch bool) *waiter {
 	} else {
 		kw.queue = append(kw.queue, x)
 	}
+	return x
+}
+
+// use takes x's use of the subscriptions of its key, starting those not
+// running, before x first sleeps: a wait that never sleeps (the key free
+// at its first attempt) subscribes nothing. A subscription that already
+// runs may be the one x's wait relies on; one started now is not
+// confirmed yet, and its confirmation makes x ask again (confirmed).
+func (w *waker) use(x *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || x.using {
+		return
+	}
+	x.using = true
 	for i := range w.c.nodes {
-		id := subID{i, w.c.channelOf(i, full)}
+		id := subID{i, w.c.channelOf(i, x.key)}
 		s := w.subs[id]
 		if s == nil {
 			s = w.subscribe(id)
@@ -240,7 +255,6 @@ func (w *waker) join(full string, watch bool) *waiter {
 			s.linger = nil
 		}
 	}
-	return x
 }
 
 // leave removes x, gives the head's turn to the next waiter, and lets
@@ -279,7 +293,7 @@ func (w *waker) leave(x *waiter, held time.Duration) {
 	if len(kw.queue) == 0 && len(kw.watchers) == 0 {
 		delete(w.keys, x.key)
 	}
-	if w.closed {
+	if w.closed || !x.using {
 		return
 	}
 	for i := range w.c.nodes {
@@ -771,6 +785,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	if d, subscribed := w.behind(x); d > 0 {
 		// The head before x holds the key and queued this Client again:
 		// its release gives the turn.
+		w.use(x)
 		if !subscribed {
 			d = min(d, timeout)
 		}
@@ -823,6 +838,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		// A quorum can be free once so many of the masters it did not get
 		// announce a release.
 		need := bits.OnesCount64(blocked) - (len(c.nodes) - c.quorum)
+		w.use(x)
 		if cause := c.sleepUntil(ctx, w, x, timer, blocked, need, turnWait(timeout)); cause != nil {
 			return nil, n, nil, wrapCause(err, cause)
 		}
@@ -902,6 +918,7 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 		// announce a release; then look again: a release may have left
 		// the key for the rest of a minimum hold (keepScript).
 		need := c.quorum - absent
+		w.use(x)
 		if cause := c.sleepUntil(ctx, w, x, timer, held, need, timeout); cause != nil {
 			return fmt.Errorf("redlock: waiting for %q to be released: %w", key, cause)
 		}
