@@ -1,6 +1,9 @@
 package redlock
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestReleasedReadsTheTurnQueue: a wake message is a key, or a key, a zero
 // byte and the turn queue; the head hears its Client's turn (with the
@@ -47,5 +50,30 @@ func TestReleasedReadsTheTurnQueue(t *testing.T) {
 	w.released(0, odd)
 	if y.released != 1 || y.passed != passNone {
 		t.Fatalf("key %q read as a queue: released %b, passed %d", odd, y.released, y.passed)
+	}
+}
+
+// TestSleepHearsWhatCameBeforeIt: a waiter's flags can be set while no
+// signal is left to tell it: a head that took over from one that
+// obtained the key with its Client queued again (leave, waiter.behind)
+// receives the hand-over's signal in its "not the head yet" loop, and a
+// release announced before that loop ran coalesced with it. sleepUntil
+// must act on the flags it finds set, not sleep the whole lock's TTL with
+// the key free.
+func TestSleepHearsWhatCameBeforeIt(t *testing.T) {
+	c := &Client{closing: make(chan struct{}), turnID: "AAAAAAAA"}
+	w := &waker{c: c, keys: map[string]*keyWaiters{}}
+	x := &waiter{key: "k", sig: make(chan struct{}, 1)}
+	w.keys["k"] = &keyWaiters{queue: []*waiter{x}}
+	x.signal()                      // leave: x is the head now
+	w.released(0, "k\x00"+c.turnID) // the release: its signal is dropped
+	<-x.sig                         // the head's loop takes the one signal
+	timer := time.NewTimer(5 * time.Second)
+	start := time.Now()
+	if err := c.sleepUntil(t.Context(), w, x, timer, 1, 1, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("slept %v with the release heard before it began: want no sleep", d)
 	}
 }

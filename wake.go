@@ -704,6 +704,11 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 	}
 	defer stop()
 	short := false // the timer is set to queue x again: later passes do not put it off
+	// Read the flags once before sleeping: they may have been set with no
+	// signal left to say so (a new head takes the hand-over's signal in
+	// obtainWait's loop, and a release announced before that loop ran
+	// coalesced with it).
+	x.signal()
 	for {
 		select {
 		case <-ctx.Done():
