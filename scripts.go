@@ -45,7 +45,8 @@ func newScript(src, sha string) script { return script{src: src, sha: sha, srcAr
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  present on a Redis Cluster master: publish with SPUBLISH
-//	returns  1 deleted, 0 held by another owner, -1 key absent
+//	returns  1 deleted (2: and the turn given to the queue's first Client),
+//	         0 held by another owner, -1 key absent
 var releaseScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('DEL', KEYS[1])
@@ -57,21 +58,21 @@ end
 local m = #ARGV[1] + 1
 if string.sub(v, 1, m) == ARGV[1] .. '!' then
 	redis.call('DEL', KEYS[1])
-	local msg = KEYS[1]
+	local msg, r = KEYS[1], 1
 	local q = string.gsub(string.sub(v, m + 1), '!', '') -- an older waiter's stray mark
 	if q ~= '' then
-		msg = msg .. '\0' .. q
+		msg, r = msg .. '\0' .. q, 2
 	end
 	if ARGV[2] then
 		redis.call('SPUBLISH', KEYS[1], msg)
 	else
 		redis.call('PUBLISH', 'redlock:wake', msg)
 	end
-	return 1
+	return r
 end
 return 0
 `,
-	"d6d28bd5658207b9009f468891bc6a7159424b60")
+	"6b2baaef7dfd2366277cc90b3dd99138e87ba0c1")
 
 // keepScript is the Release of a lock held at least for a while
 // (WithHoldAtLeast) that is released early: if we still own it, its key

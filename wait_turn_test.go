@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,4 +290,58 @@ func TestWaitTurnAfterAnOlderWaitersMark(t *testing.T) {
 	}
 	l = wokenBy(t, ch2, released, 5*time.Second)
 	l.Release(ctx)
+}
+
+// TestWaitTurnNotTakenBackByItsReleaser: a Client that holds a key in a
+// loop (obtain with WithWait, work briefly, release, and wait again) does
+// not take the key back ahead of the Client whose turn its release gave:
+// its next waiter, which asks the moment the release returns, would
+// otherwise beat the other Client's waiter, which must first hear the
+// announcement, nearly every time, and the other waiter would be passed
+// over again and again.
+func TestWaitTurnNotTakenBackByItsReleaser(t *testing.T) {
+	_, clients, _ := cluster(t, 1)
+	ctx := t.Context()
+	b := newClient(t, clients)
+	c := newClient(t, clients)
+	for _, x := range []*redlock.Client{b, c} { // subscribe both
+		l, err := x.Obtain(ctx, "k", 10*time.Second, redlock.WithWait())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(ctx)
+	}
+	subscribedAll(t, clients)
+	bctx, stop := context.WithCancel(ctx)
+	var took atomic.Int64 // B's obtains
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for bctx.Err() == nil {
+			l, err := b.Obtain(bctx, "k", 10*time.Second, redlock.WithWait())
+			if err != nil {
+				return
+			}
+			took.Add(1)
+			time.Sleep(2 * time.Millisecond)
+			l.Release(context.Background())
+		}
+	}()
+	defer func() { stop(); <-done }()
+	worst := int64(0)
+	for range 20 {
+		before := took.Load()
+		l, err := c.Obtain(ctx, "k", 10*time.Second, redlock.WithWait())
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst = max(worst, took.Load()-before)
+		time.Sleep(2 * time.Millisecond)
+		l.Release(ctx)
+	}
+	// Round robin: B obtains once while C waits (the hold C's wait began
+	// in), maybe twice; a slow machine may let C miss a turn now and then.
+	if worst > 4 {
+		t.Errorf("B took the key %d times in a row while C waited with its turn queued", worst)
+	}
 }
