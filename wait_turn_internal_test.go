@@ -77,3 +77,25 @@ func TestSleepHearsWhatCameBeforeIt(t *testing.T) {
 		t.Fatalf("slept %v with the release heard before it began: want no sleep", d)
 	}
 }
+
+// TestReleasedReadsBothWays: a wake message "a\x00" + 8 characters is the
+// release of key "a" with a turn queue, or the plain release of a key
+// holding that very zero byte; a Client waiting for both keys hears it
+// as both (a needless ask costs less than a turn missed).
+func TestReleasedReadsBothWays(t *testing.T) {
+	const me = "AAAAAAAA"
+	w := &waker{c: &Client{turnID: me}, keys: map[string]*keyWaiters{}}
+	head := func(key string) *waiter {
+		x := &waiter{key: key, sig: make(chan struct{}, 1)}
+		w.keys[key] = &keyWaiters{queue: []*waiter{x}}
+		return x
+	}
+	a, odd := head("a"), head("a\x00"+me)
+	w.released(0, "a\x00"+me)
+	if a.released != 1 || a.carry != "" {
+		t.Errorf("the head of a missed its turn: released %b, carry %q", a.released, a.carry)
+	}
+	if odd.released != 1 {
+		t.Errorf("the head of %q missed its key's release: released %b", odd.key, odd.released)
+	}
+}

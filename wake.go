@@ -612,22 +612,27 @@ func (w *waker) confirmed(s *sub, ok bool) {
 // queue (releaseScript). The head of the key's waiters hears of it if the
 // turn is this Client's, or there is no queue; otherwise it learns that
 // the turn went to another Client. The key's watchers hear of it either
-// way.
+// way. A message that reads both as a key this Client waits for and as
+// another such key with a queue (keys may hold zero bytes) is heard as
+// both: a needless ask costs less than a turn missed.
 func (w *waker) released(i int, msg string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	key, q := msg, ""
-	kw := w.keys[key]
-	if kw == nil { // a key followed by its turn queue?
-		j := strings.LastIndexByte(msg, 0)
-		if j < 0 || len(msg)-j-1 < turnIDLen || (len(msg)-j-1)%turnIDLen != 0 {
-			return
-		}
-		key, q = msg[:j], msg[j+1:]
-		if kw = w.keys[key]; kw == nil {
-			return
-		}
+	if kw := w.keys[msg]; kw != nil {
+		w.heard(i, kw, "")
 	}
+	j := strings.LastIndexByte(msg, 0)
+	if j < 0 || len(msg)-j-1 < turnIDLen || (len(msg)-j-1)%turnIDLen != 0 {
+		return
+	}
+	if kw := w.keys[msg[:j]]; kw != nil { // a key followed by its turn queue
+		w.heard(i, kw, msg[j+1:])
+	}
+}
+
+// heard tells the waiters kw that master i released their key, with the
+// turn queue q ("" for none); w.mu is held.
+func (w *waker) heard(i int, kw *keyWaiters, q string) {
 	if len(kw.queue) > 0 {
 		h := kw.queue[0]
 		if q == "" || q[:turnIDLen] == w.c.turnID {
