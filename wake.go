@@ -145,12 +145,13 @@ func (c *Client) handedTurn(full string, timeout time.Duration) {
 }
 
 // yielding returns how long x, a head about to ask, is still to let the
-// Client its Client's release gave the turn to ask first (handedTurn).
+// Client its Client's release gave the turn to ask first (handedTurn):
+// none once x heard that the turn is this Client's.
 func (w *waker) yielding(x *waiter) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t, ok := w.yields[x.key]
-	if !ok {
+	if !ok || x.released != 0 || x.carry != "" {
 		return 0
 	}
 	return time.Until(t)
