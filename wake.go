@@ -19,7 +19,11 @@ package redlock
 // asks at once, and its acquire carries the rest of the queue (and its own
 // id again at the end when it has more waiters of the key) into the new
 // value. The other Clients' heads hear that the turn went elsewhere and do
-// not ask: a release costs one request, not one per waiting Client. A
+// not ask at once: a release costs one request, not one per waiting
+// Client, when the lock is released again within turnWait. Nothing tells
+// them that the turn was taken, so after turnWait they ask once (a
+// refusal, which queues nobody again): a longer hold still costs one
+// request per waiting Client, as before turns, only not all at once. A
 // Client whose turn passes unused (its waiters gave up, its process
 // died) holds the others up for turnWait at most, after which they ask
 // as before. A Client whose own release gave the turn to another lets
@@ -28,10 +32,10 @@ package redlock
 // first hear the announcement, a Client that releases and waits again in
 // a loop took the key back nearly every time
 // (TestWaitTurnNotTakenBackByItsReleaser). The turn is a courtesy between
-// waiters, not a reservation:
-// the key is free once released, and a try-once Obtain, a polling one or
-// another Client asking then may take it first; the Clients queued stay
-// queued only if a refused one queues itself again.
+// waiters, not a reservation: the key is free once released, and a
+// try-once Obtain, a polling one or another Client asking then may take
+// it first; the Clients queued stay queued only if a refused one queues
+// itself again.
 //
 // Rules this file keeps, each with the test that fails when it breaks:
 //   - A waiter relies on a wake-up only once this Client's subscriptions to
