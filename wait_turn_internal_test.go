@@ -99,3 +99,26 @@ func TestReleasedReadsBothWays(t *testing.T) {
 		t.Errorf("the head of %q missed its key's release: released %b", odd.key, odd.released)
 	}
 }
+
+// TestNoYieldToItself: a Client whose release gave the turn records that
+// its next waiter of the key lets the Client with the turn ask first; when
+// the announcement shows the turn is its own, there is nobody to wait for.
+func TestNoYieldToItself(t *testing.T) {
+	const me, other = "AAAAAAAA", "BBBBBBBB"
+	c := &Client{turnID: me, nodes: make([]*node, 1)}
+	c.wake = &waker{c: c, keys: map[string]*keyWaiters{}}
+	w := c.wake
+	x := &waiter{key: "k", sig: make(chan struct{}, 1)}
+	c.handedTurn("k", time.Second)
+	if d := w.yielding(x); d <= 0 {
+		t.Fatalf("yielding %v after a release that gave the turn away, want > 0", d)
+	}
+	w.released(0, "k\x00"+other+me)
+	if d := w.yielding(x); d <= 0 {
+		t.Fatalf("yielding %v after hearing the turn went to %s, want > 0", d, other)
+	}
+	w.released(0, "k\x00"+me+other)
+	if d := w.yielding(x); d > 0 {
+		t.Fatalf("yielding %v after hearing the turn is this Client's, want none", d)
+	}
+}

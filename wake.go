@@ -630,8 +630,12 @@ func (w *waker) released(i int, msg string) {
 	if j < 0 || len(msg)-j-1 < turnIDLen || (len(msg)-j-1)%turnIDLen != 0 {
 		return
 	}
-	if kw := w.keys[msg[:j]]; kw != nil { // a key followed by its turn queue
-		w.heard(i, kw, msg[j+1:])
+	key, q := msg[:j], msg[j+1:]
+	if q[:turnIDLen] == w.c.turnID {
+		delete(w.yields, key) // the turn is this Client's: nobody to let ask first
+	}
+	if kw := w.keys[key]; kw != nil { // a key followed by its turn queue
+		w.heard(i, kw, q)
 	}
 }
 
