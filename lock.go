@@ -384,6 +384,14 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	if rd.ok >= c.quorum {
 		l.released.Store(true)
 		l.keptUntil = kept
+		if o.set == nil && o.ttl == nil {
+			for i := range rd.nodes {
+				if rd.nodes[i].Err == nil && rd.vals[i] == 2 { // the turn went to a queued Client
+					c.handedTurn(o.key.(string), timeout)
+					break
+				}
+			}
+		}
 		return nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {

@@ -290,8 +290,9 @@ func (withWait) applyObtain(c *obtainConfig) { c.wait = true }
 
 // WithWait makes Obtain (and Do) wait for the lock until it is obtained or
 // ctx ends, without polling. A waiter that finds the key held marks it as
-// waited for (the key's value becomes the holder's token followed by "!"),
-// and the release of a marked key is published on the master's wake
+// waited for (the key's value becomes the holder's token followed by "!"
+// and the ids of the Clients waiting, the key's turn queue), and the
+// release of a marked key is published on the master's wake
 // channel ("redlock:wake"; on a Redis Cluster master, SPUBLISH on a
 // channel named like the key); the waiter tries again when enough masters
 // announced the release for a quorum to be free, or when a quorum of the
@@ -302,7 +303,11 @@ func (withWait) applyObtain(c *obtainConfig) { c.wait = true }
 //
 // Order: the waiters of one Client and key take turns in the order they
 // began to wait, and only the first of them asks the masters; across
-// Clients there is no order, their first waiters race at each release. At
+// Clients, a release gives the turn to the first Client of the key's turn
+// queue, which asks at once, and the others let it ask first. The turn
+// reserves nothing either: a try-once Obtain may take the key first, and a
+// Client whose turn goes unused holds the others up for a tenth of the
+// node timeout (1 to 50 ms) at most. At
 // N > 1 a woken waiter asks one master first (the same for every Client
 // that names the masters alike) and the others once it granted, so that
 // waiters woken together do not split the masters between them.

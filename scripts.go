@@ -8,7 +8,10 @@ package redlock
 // by the turn queue: the ids of the Clients waiting for the key, in the
 // order they came, each turnIDLen characters (wake.go). Every script that
 // checks ownership accepts the token alone or followed by the mark, and
-// only a marked key's release is announced to waiters.
+// only a marked key's release is announced to waiters. A waiter of the
+// version before turn queues appends a second "!" after a queue (it marks
+// a value unless it ends in "!"): the scripts that read the queue skip
+// every "!" in it, so that the ids after it stay whole.
 //
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT. Their SHA1
 // digests are written out here (and checked by a test) so that no SHA1 code
@@ -42,7 +45,8 @@ func newScript(src, sha string) script { return script{src: src, sha: sha, srcAr
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  present on a Redis Cluster master: publish with SPUBLISH
-//	returns  1 deleted, 0 held by another owner, -1 key absent
+//	returns  1 deleted (2: and the turn given to the queue's first Client),
+//	         0 held by another owner, -1 key absent
 var releaseScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
 	redis.call('DEL', KEYS[1])
@@ -54,20 +58,21 @@ end
 local m = #ARGV[1] + 1
 if string.sub(v, 1, m) == ARGV[1] .. '!' then
 	redis.call('DEL', KEYS[1])
-	local msg = KEYS[1]
-	if #v > m then
-		msg = msg .. '\0' .. string.sub(v, m + 1)
+	local msg, r = KEYS[1], 1
+	local q = string.gsub(string.sub(v, m + 1), '!', '') -- an older waiter's stray mark
+	if q ~= '' then
+		msg, r = msg .. '\0' .. q, 2
 	end
 	if ARGV[2] then
 		redis.call('SPUBLISH', KEYS[1], msg)
 	else
 		redis.call('PUBLISH', 'redlock:wake', msg)
 	end
-	return 1
+	return r
 end
 return 0
 `,
-	"64eba3fff8a55610ff75d31f6b99a861457f79d3")
+	"6b2baaef7dfd2366277cc90b3dd99138e87ba0c1")
 
 // keepScript is the Release of a lock held at least for a while
 // (WithHoldAtLeast) that is released early: if we still own it, its key
@@ -339,17 +344,18 @@ local i = string.find(v, '!', 1, true)
 if not i then
 	redis.call('APPEND', KEYS[1], '!' .. me)
 else
-	local j = i + 1
-	while j <= #v and string.sub(v, j, j + 7) ~= me do
+	local q = string.gsub(string.sub(v, i + 1), '!', '') -- an older waiter's stray mark
+	local j = 1
+	while j <= #q and string.sub(q, j, j + 7) ~= me do
 		j = j + 8
 	end
-	if j > #v then
+	if j > #q then
 		redis.call('APPEND', KEYS[1], me)
 	end
 end
 return {0, redis.call('PTTL', KEYS[1])}
 `,
-	"2a05d8863c56fe9d5b232cc4d718fb2e7737907a")
+	"afe5bb3aa775a9dadff8484e92753a09a4c357d0")
 
 // watchScript is the look of Client.WaitReleased at a key: when held, it
 // marks it as waited for, like waitScript, so that its release is
@@ -538,8 +544,9 @@ for i = 1, #KEYS do
 		end
 		if v ~= ARGV[1] then
 			local msg = KEYS[i]
-			if ARGV[2] == '' and #v > m then -- freed: the queue's first has the turn
-				msg = msg .. '\0' .. string.sub(v, m + 1)
+			local q = string.gsub(string.sub(v, m + 1), '!', '') -- an older waiter's stray mark
+			if ARGV[2] == '' and q ~= '' then -- freed: the queue's first has the turn
+				msg = msg .. '\0' .. q
 			end
 			if ARGV[3] then
 				redis.call('SPUBLISH', KEYS[i], msg)
@@ -561,4 +568,4 @@ if gone then
 end
 return 1
 `,
-	"004c3aa677b1957d46bf0f9562aa485505a1ff49")
+	"878d730952e568ab5ddadf53245c5ef2838671af")

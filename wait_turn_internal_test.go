@@ -68,3 +68,73 @@ func TestQuorumFreeCountsAnExpiringKey(t *testing.T) {
 		t.Fatalf("quorumFree = %v, %v; want 30ms, true", wait, ok)
 	}
 }
+
+// TestSleepHearsWhatCameBeforeIt: a waiter's flags can be set while no
+// signal is left to tell it: a head that took over from one that
+// obtained the key with its Client queued again (leave, waiter.behind)
+// receives the hand-over's signal in its "not the head yet" loop, and a
+// release announced before that loop ran coalesced with it. sleepUntil
+// must act on the flags it finds set, not sleep the whole lock's TTL with
+// the key free.
+func TestSleepHearsWhatCameBeforeIt(t *testing.T) {
+	c := &Client{closing: make(chan struct{}), turnID: "AAAAAAAA"}
+	w := &waker{c: c, keys: map[string]*keyWaiters{}}
+	x := &waiter{key: "k", sig: make(chan struct{}, 1)}
+	w.keys["k"] = &keyWaiters{queue: []*waiter{x}}
+	x.signal()                      // leave: x is the head now
+	w.released(0, "k\x00"+c.turnID) // the release: its signal is dropped
+	<-x.sig                         // the head's loop takes the one signal
+	timer := time.NewTimer(5 * time.Second)
+	start := time.Now()
+	if err := c.sleepUntil(t.Context(), w, x, timer, 1, 1, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("slept %v with the release heard before it began: want no sleep", d)
+	}
+}
+
+// TestReleasedReadsBothWays: a wake message "a\x00" + 8 characters is the
+// release of key "a" with a turn queue, or the plain release of a key
+// holding that very zero byte; a Client waiting for both keys hears it
+// as both (a needless ask costs less than a turn missed).
+func TestReleasedReadsBothWays(t *testing.T) {
+	const me = "AAAAAAAA"
+	w := &waker{c: &Client{turnID: me}, keys: map[string]*keyWaiters{}}
+	head := func(key string) *waiter {
+		x := &waiter{key: key, sig: make(chan struct{}, 1)}
+		w.keys[key] = &keyWaiters{queue: []*waiter{x}}
+		return x
+	}
+	a, odd := head("a"), head("a\x00"+me)
+	w.released(0, "a\x00"+me)
+	if a.released != 1 || a.carry != "" {
+		t.Errorf("the head of a missed its turn: released %b, carry %q", a.released, a.carry)
+	}
+	if odd.released != 1 {
+		t.Errorf("the head of %q missed its key's release: released %b", odd.key, odd.released)
+	}
+}
+
+// TestNoYieldToItself: a Client whose release gave the turn records that
+// its next waiter of the key lets the Client with the turn ask first; when
+// the announcement shows the turn is its own, there is nobody to wait for.
+func TestNoYieldToItself(t *testing.T) {
+	const me, other = "AAAAAAAA", "BBBBBBBB"
+	c := &Client{turnID: me, nodes: make([]*node, 1)}
+	c.wake = &waker{c: c, keys: map[string]*keyWaiters{}}
+	w := c.wake
+	x := &waiter{key: "k", sig: make(chan struct{}, 1)}
+	c.handedTurn("k", time.Second)
+	if d := w.yielding(x); d <= 0 {
+		t.Fatalf("yielding %v after a release that gave the turn away, want > 0", d)
+	}
+	w.released(0, "k\x00"+other+me)
+	if d := w.yielding(x); d <= 0 {
+		t.Fatalf("yielding %v after hearing the turn went to %s, want > 0", d, other)
+	}
+	w.released(0, "k\x00"+me+other)
+	if d := w.yielding(x); d > 0 {
+		t.Fatalf("yielding %v after hearing the turn is this Client's, want none", d)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,6 +234,117 @@ func TestWaitTurnToAGoneProcess(t *testing.T) {
 	}
 	l := wokenBy(t, ch, released, 5*time.Second)
 	l.Release(ctx)
+}
+
+// oldWaitScript is the waitScript of the version before turn queues: it
+// appends the mark "!" to a held key's value unless the value ends in one.
+const oldWaitScript = `local v = redis.call('GET', KEYS[1])
+if v == false then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	return {1, 0}
+end
+if v == ARGV[1] or v == ARGV[1] .. '!' then
+	return {1, 0}
+end
+if string.byte(v, -1) ~= 33 then
+	redis.call('APPEND', KEYS[1], '!')
+end
+return {0, redis.call('PTTL', KEYS[1])}
+`
+
+// TestWaitTurnAfterAnOlderWaitersMark: a waiter of the version before
+// turn queues asks for a key a new waiter queued on, and appends a second
+// "!" after the queue; the release of the key still wakes the new waiter,
+// and a new waiter queued after the stray mark still gets its turn.
+func TestWaitTurnAfterAnOlderWaitersMark(t *testing.T) {
+	_, clients, a := cluster(t, 1)
+	m := clients[0]
+	ctx := t.Context()
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newClient(t, clients)
+	ch := waitFor(ctx, b, "k", 20*time.Second)
+	queuedN(t, m, "k", 1)
+	if err := m.Eval(ctx, oldWaitScript, []string{"k"}, "olderwaiter", 20000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, clients)
+	ch2 := waitFor(ctx, c, "k", 20*time.Second)
+	redistest.Eventually(t, func() error {
+		if v := get(t, m, "k"); strings.Count(v, "!") != 2 || len(v) < 17 || strings.HasSuffix(v, "!") {
+			return fmt.Errorf("k holds %q, want the older waiter's mark then C queued after it", v)
+		}
+		return nil
+	})
+	subscribedAll(t, clients)
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := wokenBy(t, ch, released, 5*time.Second)
+	released = time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l = wokenBy(t, ch2, released, 5*time.Second)
+	l.Release(ctx)
+}
+
+// TestWaitTurnNotTakenBackByItsReleaser: a Client that holds a key in a
+// loop (obtain with WithWait, work briefly, release, and wait again) does
+// not take the key back ahead of the Client whose turn its release gave:
+// its next waiter, which asks the moment the release returns, would
+// otherwise beat the other Client's waiter, which must first hear the
+// announcement, nearly every time, and the other waiter would be passed
+// over again and again.
+func TestWaitTurnNotTakenBackByItsReleaser(t *testing.T) {
+	_, clients, _ := cluster(t, 1)
+	ctx := t.Context()
+	b := newClient(t, clients)
+	c := newClient(t, clients)
+	for _, x := range []*redlock.Client{b, c} { // subscribe both: a waiter subscribes when it sleeps
+		held, ch := holdAndWait(t, newClient(t, clients), x)
+		marked(t, clients[0], "k")
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		outcome(t, ch, 5*time.Second).l.Release(ctx)
+	}
+	subscribedAll(t, clients)
+	bctx, stop := context.WithCancel(ctx)
+	var took atomic.Int64 // B's obtains
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for bctx.Err() == nil {
+			l, err := b.Obtain(bctx, "k", 10*time.Second, redlock.WithWait())
+			if err != nil {
+				return
+			}
+			took.Add(1)
+			time.Sleep(2 * time.Millisecond)
+			l.Release(context.Background())
+		}
+	}()
+	defer func() { stop(); <-done }()
+	worst := int64(0)
+	for range 20 {
+		before := took.Load()
+		l, err := c.Obtain(ctx, "k", 10*time.Second, redlock.WithWait())
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst = max(worst, took.Load()-before)
+		time.Sleep(2 * time.Millisecond)
+		l.Release(ctx)
+	}
+	// Round robin: B obtains once while C waits (the hold C's wait began
+	// in), maybe twice; a slow machine may let C miss a turn now and then.
+	if worst > 4 {
+		t.Errorf("B took the key %d times in a row while C waited with its turn queued", worst)
+	}
 }
 
 // TestWaitUncontendedSubscribesNothing: a WithWait Obtain that gets the

@@ -19,13 +19,23 @@ package redlock
 // asks at once, and its acquire carries the rest of the queue (and its own
 // id again at the end when it has more waiters of the key) into the new
 // value. The other Clients' heads hear that the turn went elsewhere and do
-// not ask: a release costs one request, not one per waiting Client. A
+// not ask at once: a release costs one request, not one per waiting
+// Client, when the lock is released again within turnWait. Nothing tells
+// them that the turn was taken, so after turnWait they ask once (a
+// refusal, which queues nobody again): a longer hold still costs one
+// request per waiting Client, as before turns, only not all at once. A
 // Client whose turn passes unused (its waiters gave up, its process
 // died) holds the others up for turnWait at most, after which they ask
-// as before. The turn is a courtesy between waiters, not a reservation:
-// the key is free once released, and a try-once Obtain, a polling one or
-// another Client asking then may take it first; the Clients queued stay
-// queued only if a refused one queues itself again.
+// as before. A Client whose own release gave the turn to another lets
+// that Client ask first (turnLead) before its next waiter of the key
+// asks: asking the moment its release returns, ahead of a Client that must
+// first hear the announcement, a Client that releases and waits again in
+// a loop took the key back nearly every time
+// (TestWaitTurnNotTakenBackByItsReleaser). The turn is a courtesy between
+// waiters, not a reservation: the key is free once released, and a
+// try-once Obtain, a polling one or another Client asking then may take
+// it first; the Clients queued stay queued only if a refused one queues
+// itself again.
 //
 // Rules this file keeps, each with the test that fails when it breaks:
 //   - A waiter relies on a wake-up only once this Client's subscriptions to
@@ -104,14 +114,65 @@ func turnWait(timeout time.Duration) time.Duration {
 	return min(max(timeout/10, time.Millisecond), 50*time.Millisecond)
 }
 
+// turnLead is how long a Client that may take a key but whose turn it is
+// not (it is not queued, or its own release just gave the turn) lets the
+// Client with the turn ask first: long enough for that Client to hear the
+// release and its acquire to land (then this Client's, refused, queues
+// it), short enough to cost little when that Client does not come.
+func turnLead(timeout time.Duration) time.Duration {
+	return max(turnWait(timeout)/10, 200*time.Microsecond)
+}
+
+// handedTurn records that this Client's release of the key full gave the
+// turn to the first Client queued in its value: a waiter of full that this
+// Client starts now would ask at once, ahead of that Client, which must
+// first hear the release, and a Client that releases and waits again in
+// a loop would take the key back nearly every time. Its next head of full
+// lets the other ask first (turnLead; obtainWait).
+func (c *Client) handedTurn(full string, timeout time.Duration) {
+	w := c.wakerFor()
+	if w == nil {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, t := range w.yields {
+		if !now.Before(t) {
+			delete(w.yields, k)
+		}
+	}
+	if w.yields == nil {
+		w.yields = map[string]time.Time{}
+	}
+	w.yields[full] = now.Add(turnLead(timeout))
+}
+
+// yielding returns how long x, a head about to ask, is still to let the
+// Client its Client's release gave the turn to ask first (handedTurn):
+// none once x heard that the turn is this Client's.
+func (w *waker) yielding(x *waiter) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.yields[x.key]
+	if !ok || x.released != 0 || x.carry != "" {
+		return 0
+	}
+	return time.Until(t)
+}
+
 // A waker is a Client's waiting machinery: its subscriptions and its
 // waiters by key. It exists from the first wait to Close.
 type waker struct {
 	c *Client
 
-	mu     sync.Mutex
-	keys   map[string]*keyWaiters // by full key
-	subs   map[subID]*sub
+	mu   sync.Mutex
+	keys map[string]*keyWaiters // by full key
+	subs map[subID]*sub
+	// yields are the keys whose release by this Client gave the turn to
+	// a queued Client, with until when this Client's next waiter of the
+	// key lets that Client ask first (handedTurn).
+	yields map[string]time.Time
 	closed bool
 	wg     sync.WaitGroup // the subscriptions' goroutines
 }
@@ -570,22 +631,31 @@ func (w *waker) confirmed(s *sub, ok bool) {
 // queue (releaseScript). The head of the key's waiters hears of it if the
 // turn is this Client's, or there is no queue; otherwise it learns that
 // the turn went to another Client. The key's watchers hear of it either
-// way.
+// way. A message that reads both as a key this Client waits for and as
+// another such key with a queue (keys may hold zero bytes) is heard as
+// both: a needless ask costs less than a turn missed.
 func (w *waker) released(i int, msg string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	key, q := msg, ""
-	kw := w.keys[key]
-	if kw == nil { // a key followed by its turn queue?
-		j := strings.LastIndexByte(msg, 0)
-		if j < 0 || len(msg)-j-1 < turnIDLen || (len(msg)-j-1)%turnIDLen != 0 {
-			return
-		}
-		key, q = msg[:j], msg[j+1:]
-		if kw = w.keys[key]; kw == nil {
-			return
-		}
+	if kw := w.keys[msg]; kw != nil {
+		w.heard(i, kw, "")
 	}
+	j := strings.LastIndexByte(msg, 0)
+	if j < 0 || len(msg)-j-1 < turnIDLen || (len(msg)-j-1)%turnIDLen != 0 {
+		return
+	}
+	key, q := msg[:j], msg[j+1:]
+	if q[:turnIDLen] == w.c.turnID {
+		delete(w.yields, key) // the turn is this Client's: nobody to let ask first
+	}
+	if kw := w.keys[key]; kw != nil { // a key followed by its turn queue
+		w.heard(i, kw, q)
+	}
+}
+
+// heard tells the waiters kw that master i released their key, with the
+// turn queue q ("" for none); w.mu is held.
+func (w *waker) heard(i int, kw *keyWaiters, q string) {
 	if len(kw.queue) > 0 {
 		h := kw.queue[0]
 		if q == "" || q[:turnIDLen] == w.c.turnID {
@@ -718,6 +788,11 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 	}
 	defer stop()
 	short := false // the timer is set to queue x again: later passes do not put it off
+	// Read the flags once before sleeping: they may have been set with no
+	// signal left to say so (a new head takes the hand-over's signal in
+	// obtainWait's loop, and a release announced before that loop ran
+	// coalesced with it).
+	x.signal()
 	for {
 		select {
 		case <-ctx.Done():
@@ -738,7 +813,7 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 				timer.Reset(wait)
 			case passed == passGone:
 				stop()
-				timer.Reset(max(wait/10, 200*time.Microsecond))
+				timer.Reset(max(wait/10, 200*time.Microsecond)) // turnLead
 				short = true
 			}
 		}
@@ -791,6 +866,16 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		}
 		timer.Reset(d + time.Millisecond)
 		if cause := c.sleepUntil(ctx, w, x, timer, all, c.quorum, turnWait(timeout)); cause != nil {
+			if errors.Is(cause, ErrClosed) {
+				return nil, 0, nil, c.closedObtain(ErrClosed)
+			}
+			return nil, 0, nil, unasked(cause)
+		}
+	} else if d := w.yielding(x); d > 0 {
+		// This Client's release of the key just gave the turn to another
+		// Client: let it ask first.
+		timer.Reset(d)
+		if cause := c.sleepUntil(ctx, w, x, timer, all, c.quorum, d); cause != nil {
 			if errors.Is(cause, ErrClosed) {
 				return nil, 0, nil, c.closedObtain(ErrClosed)
 			}

@@ -64,8 +64,9 @@ func startWaiters(e *env, key string) *waiters {
 	return w
 }
 
-// waitedFor waits until key is marked as waited for ("!" after the token) on
-// every master and every master has that many wake subscribers.
+// waitedFor waits until key is marked as waited for ("!" after the token,
+// then the turn queue) on every master and every master has that many wake
+// subscribers.
 func (e *env) waitedFor(t *testing.T, key string, subscribers int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

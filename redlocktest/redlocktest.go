@@ -151,7 +151,8 @@ func (m *Masters) Holder(key string) string {
 	counts := map[string]int{}
 	for _, mr := range m.minis {
 		if v, err := mr.Get(m.Prefix + key); err == nil {
-			counts[strings.TrimSuffix(v, "!")]++ // "!": a waiter marked the key as waited for
+			token, _, _ := strings.Cut(v, "!") // a waiter's mark, and the turn queue after it
+			counts[token]++
 		}
 	}
 	for token, n := range counts {

@@ -100,3 +100,38 @@ func TestTimePassesOnTheMasters(t *testing.T) {
 		t.Fatal("the first owner's Release touched the second owner's key")
 	}
 }
+
+// TestHolderWhileOthersWait: another process waits for the lock
+// (WithWait), which queues its Client in the key's value after the wait
+// mark; Holder still names the owner's token.
+func TestHolderWhileOthersWait(t *testing.T) {
+	m := redlocktest.New(t, 3)
+	ctx := t.Context()
+	l, err := m.Client().Obtain(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Client().Obtain(wctx, "k", time.Minute, redlock.WithWait())
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, rdb := range m.Redis() {
+		for {
+			v, _ := rdb.Get(ctx, "k").Result()
+			if len(v) > len(l.Token())+1 {
+				break // marked, and queued
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("k holds %q: the waiter did not queue", v)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if got := m.Holder("k"); got != l.Token() {
+		t.Fatalf("Holder %q while another Client waits, want the owner's token %q", got, l.Token())
+	}
+}
