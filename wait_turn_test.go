@@ -77,6 +77,18 @@ func handOver(t *testing.T, l *redlock.Lock, waits map[string]<-chan waited) (wh
 	}
 }
 
+// heldOnOne starts one master and holds "k" on it for 20s with a Client
+// of its own.
+func heldOnOne(t *testing.T) ([]redis.UniversalClient, *redlock.Lock) {
+	t.Helper()
+	_, clients, a := cluster(t, 1)
+	held, err := a.Obtain(t.Context(), "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clients, held
+}
+
 // fairWithin is how long a hand-over may take for the turn to be sure
 // to hold: a Client whose turn does not come within turnWait (at least
 // 50 ms with the default node timeout) is passed over, so a slower
@@ -87,13 +99,9 @@ const fairWithin = 40 * time.Millisecond
 // D on a held key; the releases hand it to B, then C, then D, each
 // carrying the rest of the queue.
 func TestWaitTurnsAcrossClients(t *testing.T) {
-	_, clients, a := cluster(t, 1)
+	clients, held := heldOnOne(t)
 	m := clients[0]
 	ctx := t.Context()
-	held, err := a.Obtain(ctx, "k", 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	waits := map[string]<-chan waited{}
 	var ids []string
 	for n, name := range []string{"B", "C", "D"} {
@@ -126,13 +134,9 @@ func TestWaitTurnsAcrossClients(t *testing.T) {
 // first come first served within one), and B's second waiter, behind its
 // Client's own lock, asks nobody until the turn comes back.
 func TestWaitTurnsRoundRobin(t *testing.T) {
-	_, clients, a := cluster(t, 1)
+	clients, held := heldOnOne(t)
 	m := clients[0]
 	ctx := t.Context()
-	held, err := a.Obtain(ctx, "k", 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := newClient(t, clients)
 	c := newClient(t, clients)
 	waits := map[string]<-chan waited{}
@@ -169,13 +173,9 @@ func TestWaitTurnsRoundRobin(t *testing.T) {
 // the next Client queued asks soon after (turnWait), not at the TTL the
 // release left on its timer.
 func TestWaitUnusedTurn(t *testing.T) {
-	_, clients, a := cluster(t, 1)
+	clients, held := heldOnOne(t)
 	m := clients[0]
 	ctx := t.Context()
-	held, err := a.Obtain(ctx, "k", 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := newClient(t, clients)
 	c := newClient(t, clients)
 	bctx, cancel := context.WithCancel(ctx)
@@ -257,13 +257,9 @@ return {0, redis.call('PTTL', KEYS[1])}
 // "!" after the queue; the release of the key still wakes the new waiter,
 // and a new waiter queued after the stray mark still gets its turn.
 func TestWaitTurnAfterAnOlderWaitersMark(t *testing.T) {
-	_, clients, a := cluster(t, 1)
+	clients, held := heldOnOne(t)
 	m := clients[0]
 	ctx := t.Context()
-	held, err := a.Obtain(ctx, "k", 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := newClient(t, clients)
 	ch := waitFor(ctx, b, "k", 20*time.Second)
 	queuedN(t, m, "k", 1)
