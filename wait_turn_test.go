@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -376,4 +377,50 @@ func TestWaitUncontendedSubscribesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	wokenBy(t, ch, released, 5*time.Second).Release(ctx)
+}
+
+// TestWaitWithAMasterDown: at N=3 with one master down for good (frozen),
+// its wake subscription never confirms; the two that refused the waiter, both
+// subscribed, are enough to tell it a quorum is free, so it sleeps on
+// them instead of asking again every node timeout, and their releases
+// wake it.
+func TestWaitWithAMasterDown(t *testing.T) {
+	servers, clients, a := cluster(t, 3)
+	ctx := t.Context()
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error { // Obtain returned at quorum
+		if hs := holdersOf(t, clients, "k"); slices.Contains(hs, "") {
+			return fmt.Errorf("holders %q", hs)
+		}
+		return nil
+	})
+	takeDown(t, "frozen", servers[2]) // its subscription never confirms
+	b := newClient(t, clients, redlock.WithNodeTimeout(200*time.Millisecond))
+	ch := waitFor(ctx, b, "k", 20*time.Second)
+	live := clients[:2]
+	for _, m := range live {
+		marked(t, m, "k")
+		subscribed(t, m)
+	}
+	time.Sleep(300 * time.Millisecond) // the ask at the subscriptions' confirmation
+	asks := func() (n int64) {
+		for _, m := range live {
+			n += calls(t, m, "evalsha") + calls(t, m, "eval")
+		}
+		return n
+	}
+	before := asks()
+	time.Sleep(time.Second) // five node timeouts
+	if n := asks() - before; n != 0 {
+		t.Errorf("the waiter asked the live masters %d times in five node timeouts with the key held", n)
+	}
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := wokenBy(t, ch, released, 5*time.Second)
+	l.Release(ctx)
 }

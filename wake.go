@@ -39,8 +39,10 @@ package redlock
 //
 // Rules this file keeps, each with the test that fails when it breaks:
 //   - A waiter relies on a wake-up only once this Client's subscriptions to
-//     every master's wake channel are confirmed; before that it asks again
-//     within a node timeout, and at the confirmation (TestWaitWokenByRelease).
+//     the wake channels of enough of the masters that refused it are
+//     confirmed to tell it a quorum is free; before that it asks again
+//     within a node timeout, and at the confirmation (TestWaitWokenByRelease,
+//     TestWaitWithAMasterDown).
 //   - A waiter never sleeps past the moment a quorum of the keys it was
 //     refused by could have expired (their PTTL): a lost notification costs
 //     at most that (TestWaitLostNotification).
@@ -388,12 +390,12 @@ func (w *waker) isHead(x *waiter) bool {
 	return w.keys[x.key].queue[0] == x
 }
 
-// ready reports whether every master's subscription for x's key is
+// ready returns the masters (bit i) whose subscription for x's key is
 // confirmed, and clears x's flags: what happens from now on counts. It
 // returns the turn argument of x's next acquire (waitScript): this
 // Client's id, then the queue x's turn carries over, then this Client's
 // id again when it has more waiters of the key.
-func (w *waker) ready(x *waiter) (subscribed bool, turn string) {
+func (w *waker) ready(x *waiter) (confirmed uint64, turn string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	turn = w.c.turnID + x.carry
@@ -404,21 +406,26 @@ func (w *waker) ready(x *waiter) (subscribed bool, turn string) {
 	return w.subscribed(x), turn
 }
 
-// subscribed reports whether every master's subscription for x's key is
-// confirmed; w.mu is held.
-func (w *waker) subscribed(x *waiter) bool {
+// subscribed returns the masters (bit i) whose subscription for x's key
+// is confirmed; w.mu is held. A waiter relies on the announcements of
+// those masters only: it sleeps on them when enough of the masters that
+// refused it are among them to tell it a quorum is free (a master down
+// for good, whose subscription never comes back, does not keep the others
+// asking every node timeout).
+func (w *waker) subscribed(x *waiter) uint64 {
+	var m uint64
 	for i := range w.c.nodes {
-		if s := w.subs[subID{i, w.c.channelOf(i, x.key)}]; s == nil || !s.ready {
-			return false
+		if s := w.subs[subID{i, w.c.channelOf(i, x.key)}]; s != nil && s.ready {
+			m |= bit(i)
 		}
 	}
-	return true
+	return m
 }
 
 // behind returns, and clears, how long x, a new head, is to sleep before
-// it asks (waiter.behind), and whether the subscriptions it relies on are
-// confirmed.
-func (w *waker) behind(x *waiter) (time.Duration, bool) {
+// it asks (waiter.behind), and the masters whose subscriptions it may rely
+// on (subscribed).
+func (w *waker) behind(x *waiter) (time.Duration, uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := x.behind
@@ -857,11 +864,11 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	defer timer.Stop()
 	timeout := c.cfg.timeout(ttl)
 	all := uint64(1)<<len(c.nodes) - 1
-	if d, subscribed := w.behind(x); d > 0 {
+	if d, confirmed := w.behind(x); d > 0 {
 		// The head before x holds the key and queued this Client again:
 		// its release gives the turn.
 		w.use(x)
-		if !subscribed {
+		if bits.OnesCount64(confirmed) < c.quorum {
 			d = min(d, timeout)
 		}
 		timer.Reset(d + time.Millisecond)
@@ -889,7 +896,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	gate, first := -1, c.gateOf(full)
 	var last error
 	for n = 1; ; n++ {
-		subscribed, turn := w.ready(x)
+		confirmed, turn := w.ready(x)
 		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, gate)
 		if err == nil {
 			if len(turn) > turnIDLen && turn[len(turn)-turnIDLen:] == c.turnID {
@@ -898,6 +905,19 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			return lock, n, nodes, nil
 		}
 		atGate := gate >= 0 && blocked == bit(gate)
+		// refused: the masters that said the key is held; only their
+		// announcements can come.
+		var refused uint64
+		var qe *QuorumError
+		if atGate {
+			refused = bit(gate)
+		} else if errors.As(err, &qe) {
+			for i, nd := range qe.Nodes {
+				if nd.Err == ErrTaken {
+					refused |= bit(i)
+				}
+			}
+		}
 		if atGate && last != nil {
 			err = last
 		}
@@ -907,22 +927,21 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		last = err
 		w.noteFailed(x, err)
 		gate = -1
-		var qe *QuorumError
 		if first >= 0 && errors.As(err, &qe) {
 			switch qe.Nodes[first].Err {
 			case nil, ErrTaken, errAbsent, errNotAsked:
 				gate = first // it answers: ask it first next time
 			}
 		}
-		if !subscribed {
+		// A quorum can be free once so many of the masters it did not get
+		// announce a release.
+		need := max(bits.OnesCount64(blocked)-(len(c.nodes)-c.quorum), 1)
+		if bits.OnesCount64(confirmed&refused) < need {
 			// A release now may go unheard: ask again soon, or at the
 			// confirmation (a retry flag).
 			wait = min(wait, timeout)
 		}
 		timer.Reset(wait + time.Millisecond)
-		// A quorum can be free once so many of the masters it did not get
-		// announce a release.
-		need := bits.OnesCount64(blocked) - (len(c.nodes) - c.quorum)
 		w.use(x)
 		if cause := c.sleepUntil(ctx, w, x, timer, blocked, need, turnWait(timeout)); cause != nil {
 			return nil, n, nil, wrapCause(err, cause)
@@ -964,7 +983,7 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		subscribed, _ := w.ready(x)
+		confirmed, _ := w.ready(x)
 		o := c.newOp(opWatch, full, "", "")
 		rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
 		var held uint64
@@ -995,14 +1014,14 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 		if !ok { // a key without expiry: look again, not at once
 			wait = jitter(timeout/2, timeout)
 		}
-		if !subscribed {
-			wait = min(wait, timeout)
-		}
-		timer.Reset(wait + time.Millisecond)
 		// Free on a quorum once so many of the masters that hold it
 		// announce a release; then look again: a release may have left
 		// the key for the rest of a minimum hold (keepScript).
 		need := c.quorum - absent
+		if bits.OnesCount64(confirmed&held) < need {
+			wait = min(wait, timeout)
+		}
+		timer.Reset(wait + time.Millisecond)
 		w.use(x)
 		if cause := c.sleepUntil(ctx, w, x, timer, held, need, timeout); cause != nil {
 			return fmt.Errorf("redlock: waiting for %q to be released: %w", key, cause)
