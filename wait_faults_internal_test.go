@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,4 +59,83 @@ func TestWaitAfterCloseStartsNoSubscription(t *testing.T) {
 	}
 	w.mu.Unlock()
 	w.wg.Wait()
+}
+
+// TestWaitGateFrozenAfterRefusing: a waiter refused at the gate sleeps on
+// the gate's announcement. When the gate freezes after refusing it (its
+// subscription still looks confirmed: the connection stays open), the
+// holder's release runs on the other masters only, a quorum, which announce
+// it: the key is free, and the waiter must not sleep until the gate's key
+// expires (the holder's whole TTL).
+func TestWaitGateFrozenAfterRefusing(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	clients := redistest.Clients(t, servers)
+	ctx := t.Context()
+	a := newClient(t, clients, WithNodeTimeout(300*time.Millisecond))
+	held, err := a.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newClient(t, clients, WithNodeTimeout(200*time.Millisecond))
+	gate := b.gateOf("k")
+	if gate < 0 {
+		t.Fatal("no gate at N=3")
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := b.Obtain(ctx, "k", 20*time.Second, WithWait())
+		if err == nil {
+			_ = l.Release(context.Background())
+		}
+		done <- err
+	}()
+	// Its subscriptions confirmed, the waiter asks again at the gate, is
+	// refused there and sleeps on the gate's announcement.
+	redistest.Eventually(t, func() error {
+		for _, rdb := range clients {
+			n, err := rdb.PubSubNumSub(ctx, wakeChannel).Result()
+			if err != nil || n[wakeChannel] == 0 {
+				return fmt.Errorf("not subscribed (%v)", err)
+			}
+		}
+		return nil
+	})
+	redistest.Eventually(t, func() error { // and confirmed
+		w := b.wakerFor()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		x := w.keys["k"].queue[0]
+		if m := w.subscribed(x); m != 7 {
+			return fmt.Errorf("confirmed subscriptions %b", m)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond) // its asks at the confirmations
+	// One more ask, as at a subscription made again: at the gate.
+	w := b.wakerFor()
+	w.mu.Lock()
+	x := w.keys["k"].queue[0]
+	x.retry = true
+	x.signal()
+	w.mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	if err := servers[gate].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { servers[gate].Cont() })
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiting Obtain: %v", err)
+		}
+		if d := time.Since(released); d > 3*time.Second {
+			t.Errorf("obtained %v after the release", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the waiter still sleeps 5s after a release on a quorum (gate %d frozen): until the holder's TTL", gate)
+	}
 }

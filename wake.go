@@ -774,7 +774,8 @@ func (c *Client) quorumFree(rd *round) (time.Duration, bool) {
 }
 
 // sleepUntil waits until x hears from at least need of the masters in
-// from that they released its key (a wake-up), until the timer fires, or
+// from, or from a quorum of any, that they released its key (a wake-up),
+// until the timer fires, or
 // until it is told to ask again; it returns the error that ends the wait
 // when ctx ends or the Client closes. When a master gives the turn to
 // another Client with this one queued after it, the timer is set to wait
@@ -810,7 +811,10 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 			return nil
 		case <-x.sig:
 			released, retry, passed := w.flags(x)
-			if retry || bits.OnesCount64(released&from) >= need {
+			// A quorum of announcements frees the key whoever refused x: a
+			// head refused at the gate alone hears the other masters too,
+			// should the gate not announce (frozen since it refused).
+			if retry || bits.OnesCount64(released&from) >= need || bits.OnesCount64(released) >= c.quorum {
 				return nil
 			}
 			switch {
