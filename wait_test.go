@@ -57,6 +57,33 @@ func marked(t *testing.T, rdb redis.UniversalClient, key string) {
 	})
 }
 
+// heldOnAll holds "k" for 20s with a and waits until every master has
+// the key (Obtain returns at a quorum).
+func heldOnAll(t *testing.T, a *redlock.Client, clients []redis.UniversalClient) *redlock.Lock {
+	t.Helper()
+	held, err := a.Obtain(t.Context(), "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error {
+		if hs := holdersOf(t, clients, "k"); slices.Contains(hs, "") {
+			return fmt.Errorf("holders %q", hs)
+		}
+		return nil
+	})
+	return held
+}
+
+// scriptsRun counts the scripts the masters ran (EVALSHA and EVAL): a
+// waiting Obtain's asks and the releases.
+func scriptsRun(t *testing.T, masters ...redis.UniversalClient) (n int64) {
+	t.Helper()
+	for _, m := range masters {
+		n += calls(t, m, "evalsha") + calls(t, m, "eval")
+	}
+	return n
+}
+
 // subscribed waits until a Client subscribes to the master's wake channel.
 func subscribed(t *testing.T, rdb redis.UniversalClient) {
 	t.Helper()
@@ -324,28 +351,14 @@ func TestWaitQuorumOfWakes(t *testing.T) {
 	_, clients, a := cluster(t, 3)
 	b := newClient(t, clients, redlock.WithNodeTimeout(500*time.Millisecond))
 	ctx := t.Context()
-	held, err := a.Obtain(ctx, "k", 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, func() error { // Obtain returned at quorum
-		if hs := holdersOf(t, clients, "k"); slices.Contains(hs, "") {
-			return fmt.Errorf("holders %q", hs)
-		}
-		return nil
-	})
+	held := heldOnAll(t, a, clients)
 	ch := waitFor(ctx, b, "k", 20*time.Second)
 	for _, m := range clients {
 		marked(t, m, "k")
 		subscribed(t, m)
 	}
 	time.Sleep(100 * time.Millisecond) // the ask at the subscriptions' confirmation
-	asks := func() (n int64) {
-		for _, m := range clients {
-			n += calls(t, m, "evalsha") + calls(t, m, "eval")
-		}
-		return n
-	}
+	asks := func() int64 { return scriptsRun(t, clients...) }
 	before := asks()
 	// A master other than the gate announces a release (the key stays held
 	// on the other two): a waiter refused at the gate alone, at the ask
@@ -467,7 +480,7 @@ func TestWaitNoHerd(t *testing.T) {
 	}
 	// Queued attempts and releases are scripts; a SET would count the
 	// scripts' own SETs too.
-	requests := func() int64 { return calls(t, clients[0], "evalsha") + calls(t, clients[0], "eval") }
+	requests := func() int64 { return scriptsRun(t, clients[0]) }
 	before := requests()
 	const waiters = 24
 	var wg sync.WaitGroup

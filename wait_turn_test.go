@@ -3,7 +3,6 @@ package redlock_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -387,16 +386,7 @@ func TestWaitUncontendedSubscribesNothing(t *testing.T) {
 func TestWaitWithAMasterDown(t *testing.T) {
 	servers, clients, a := cluster(t, 3)
 	ctx := t.Context()
-	held, err := a.Obtain(ctx, "k", 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, func() error { // Obtain returned at quorum
-		if hs := holdersOf(t, clients, "k"); slices.Contains(hs, "") {
-			return fmt.Errorf("holders %q", hs)
-		}
-		return nil
-	})
+	held := heldOnAll(t, a, clients)
 	takeDown(t, "frozen", servers[2]) // its subscription never confirms
 	b := newClient(t, clients, redlock.WithNodeTimeout(200*time.Millisecond))
 	ch := waitFor(ctx, b, "k", 20*time.Second)
@@ -406,12 +396,7 @@ func TestWaitWithAMasterDown(t *testing.T) {
 		subscribed(t, m)
 	}
 	time.Sleep(300 * time.Millisecond) // the ask at the subscriptions' confirmation
-	asks := func() (n int64) {
-		for _, m := range live {
-			n += calls(t, m, "evalsha") + calls(t, m, "eval")
-		}
-		return n
-	}
+	asks := func() int64 { return scriptsRun(t, live...) }
 	before := asks()
 	time.Sleep(time.Second) // five node timeouts
 	if n := asks() - before; n != 0 {

@@ -120,9 +120,10 @@ func turnWait(timeout time.Duration) time.Duration {
 // not (it is not queued, or its own release just gave the turn) lets the
 // Client with the turn ask first: long enough for that Client to hear the
 // release and its acquire to land (then this Client's, refused, queues
-// it), short enough to cost little when that Client does not come.
-func turnLead(timeout time.Duration) time.Duration {
-	return max(turnWait(timeout)/10, 200*time.Microsecond)
+// it), short enough to cost little when that Client does not come. wait
+// is the turn's wait (turnWait).
+func turnLead(wait time.Duration) time.Duration {
+	return max(wait/10, 200*time.Microsecond)
 }
 
 // handedTurn records that this Client's release of the key full gave the
@@ -147,7 +148,7 @@ func (c *Client) handedTurn(full string, timeout time.Duration) {
 	if w.yields == nil {
 		w.yields = map[string]time.Time{}
 	}
-	w.yields[full] = now.Add(turnLead(timeout))
+	w.yields[full] = now.Add(turnLead(turnWait(timeout)))
 }
 
 // yielding returns how long x, a head about to ask, is still to let the
@@ -824,7 +825,7 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 				timer.Reset(wait)
 			case passed == passGone:
 				stop()
-				timer.Reset(max(wait/10, 200*time.Microsecond)) // turnLead
+				timer.Reset(turnLead(wait))
 				short = true
 			}
 		}
@@ -867,26 +868,24 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	timeout := c.cfg.timeout(ttl)
-	all := uint64(1)<<len(c.nodes) - 1
-	if d, confirmed := w.behind(x); d > 0 {
-		// The head before x holds the key and queued this Client again:
-		// its release gives the turn.
+	// Before its first ask, a head sleeps when the head before it holds
+	// the key with this Client queued again (its release gives the turn),
+	// or when this Client's release of the key just gave the turn to
+	// another Client (let it ask first).
+	d, confirmed := w.behind(x)
+	pass := turnWait(timeout)
+	if d > 0 {
 		w.use(x)
 		if bits.OnesCount64(confirmed) < c.quorum {
 			d = min(d, timeout)
 		}
-		timer.Reset(d + time.Millisecond)
-		if cause := c.sleepUntil(ctx, w, x, timer, all, c.quorum, turnWait(timeout)); cause != nil {
-			if errors.Is(cause, ErrClosed) {
-				return nil, 0, nil, c.closedObtain(ErrClosed)
-			}
-			return nil, 0, nil, unasked(cause)
-		}
-	} else if d := w.yielding(x); d > 0 {
-		// This Client's release of the key just gave the turn to another
-		// Client: let it ask first.
+		d += time.Millisecond
+	} else if d = w.yielding(x); d > 0 {
+		pass = d
+	}
+	if d > 0 {
 		timer.Reset(d)
-		if cause := c.sleepUntil(ctx, w, x, timer, all, c.quorum, d); cause != nil {
+		if cause := c.sleepUntil(ctx, w, x, timer, uint64(1)<<len(c.nodes)-1, c.quorum, pass); cause != nil {
 			if errors.Is(cause, ErrClosed) {
 				return nil, 0, nil, c.closedObtain(ErrClosed)
 			}
