@@ -65,16 +65,23 @@ func startWaiters(e *env, key string) *waiters {
 }
 
 // waitedFor waits until key is marked as waited for ("!" after the token,
-// then the turn queue) on every master and every master has that many wake
-// subscribers.
+// then the turn queue) on every master that holds it, a quorum at least,
+// and every master has that many wake subscribers. The holder's Obtain
+// returns at a quorum: a master whose SET failed or comes late (a loaded
+// machine) has no key to mark.
 func (e *env) waitedFor(t *testing.T, key string, subscribers int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for _, m := range e.direct() {
+	ms := e.direct()
+	marked := 0
+	for _, m := range ms {
 		for {
 			v, _ := m.Get(context.Background(), e.prefix+key).Result()
 			n, _ := m.PubSubNumSub(context.Background(), "redlock:wake").Result()
-			if strings.Contains(v, "!") && n["redlock:wake"] >= subscribers {
+			if (v == "" || strings.Contains(v, "!")) && n["redlock:wake"] >= subscribers {
+				if v != "" {
+					marked++
+				}
 				break
 			}
 			if time.Now().After(deadline) {
@@ -82,6 +89,9 @@ func (e *env) waitedFor(t *testing.T, key string, subscribers int64) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+	if marked < len(ms)/2+1 {
+		t.Fatalf("%s is marked on %d of %d masters, want a quorum: the holder's lock is not held", key, marked, len(ms))
 	}
 }
 
