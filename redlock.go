@@ -432,20 +432,24 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 // attempt makes one try at the lock: on key, or, with set, on every key of
 // the set at once (key is then its first).
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet) (*Lock, []NodeError, error) {
-	l, nodes, _, _, err := c.try(ctx, key, ttl, set, newToken(), "", -1)
+	l, nodes, _, _, err := c.try(ctx, key, ttl, set, newToken(), "", false, -1)
 	return l, nodes, err
 }
 
 // try makes one try at the lock with token, on key or on set as attempt
 // does; with a turn (one key only: the Client's id and the turn queue
 // to carry, see waitScript), it also marks the key as waited for on the
-// masters that refuse and queues the Client there (wake.go). A failed try says which
+// masters that refuse and queues the Client there (wake.go); with plain
+// too (a waiter woken by its key's release, without fencing), it sends a
+// plain SET NX with the value waitScript would set instead, one command on
+// the master where the script runs three, and queues nobody when refused.
+// A failed try says which
 // masters it did not get (blocked, bit i for master i: refused, or no
 // answer before the outcome was decided, which may be a refusal too) and
 // how long until a quorum of the masters could be free (their keys' PTTL;
 // see quorumFree), or about a node timeout when they did not say. With
 // gate >= 0 it asks that master first (fanoutGated).
-func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *keySet, token string, turn string, gate int) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
+func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *keySet, token string, turn string, plain bool, gate int) (_ *Lock, _ []NodeError, wait time.Duration, blocked uint64, _ error) {
 	if ctx.Err() != nil {
 		return nil, nil, 0, 0, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
 	}
@@ -460,12 +464,15 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *ke
 		if c.cfg.fencing {
 			kind, ckey = opAcquireFenced, counterKey(full)
 		}
-		if turn != "" {
+		if turn != "" && !plain {
 			kind = opAcquireWait
 		}
 		l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
-		if turn != "" {
+		switch {
+		case turn != "" && !plain:
 			l.op.turn = turn
+		case len(turn) > turnIDLen: // the value waitScript would set
+			l.op.turn = l.token + waitMark + turn[turnIDLen:]
 		}
 	}
 	rd := c.fanoutGated(ctx, l.op, start.Add(timeout), timeout, gate)

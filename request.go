@@ -34,7 +34,11 @@ type op struct {
 	key, ckey, token any // strings; ckey is nil without fencing
 	ttl, fence       any // int64 milliseconds, int64
 	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
-	turn             any // string: a waiting acquire's Client id and the turn queue it carries (waitScript)
+	// turn is a string: a waiting acquire's Client id and the turn queue it
+	// carries (waitScript); for an opAcquire (a waiter's plain acquire),
+	// the value to set (the token, the wait mark and the queue), nil for
+	// the token alone.
+	turn any
 	// sharded has bit i set for a master that is a Redis Cluster: a
 	// release there announces itself on a sharded channel (wake.go).
 	sharded  uint64
@@ -150,7 +154,11 @@ func (r *request) build(eval, fresh bool) {
 			s, a = &acquireAgainScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
 			break
 		}
-		a = append(a, "set", r.key, r.token, "nx", "px", r.ttl)
+		v := r.token
+		if r.turn != nil { // a waiter's plain acquire: the token, the mark and the turn queue
+			v = r.turn
+		}
+		a = append(a, "set", r.key, v, "nx", "px", r.ttl)
 		r.cmd = r.command(a, fresh)
 		return
 	case opAcquireFenced:

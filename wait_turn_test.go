@@ -409,3 +409,112 @@ func TestWaitWithAMasterDown(t *testing.T) {
 	l := wokenBy(t, ch, released, 5*time.Second)
 	l.Release(ctx)
 }
+
+// TestWaitWokenAskIsOneCommand: the waiter a release wakes, its Client's
+// turn, asks with a plain SET NX carrying the queue, not a script: the
+// hand-over runs one script (the release).
+func TestWaitWokenAskIsOneCommand(t *testing.T) {
+	clients, held := heldOnOne(t)
+	m := clients[0]
+	ctx := t.Context()
+	waits := map[string]<-chan waited{}
+	var ids []string
+	for n, name := range []string{"B", "C"} {
+		waits[name] = waitFor(ctx, newClient(t, clients), "k", 20*time.Second)
+		ids = queuedN(t, m, "k", n+1)
+	}
+	subscribedAll(t, clients)
+	before := scriptsRun(t, m)
+	who, l, took := handOver(t, held, waits)
+	ran := scriptsRun(t, m) - before
+	if who != "B" || took > fairWithin {
+		t.Skipf("the hand-over went to %s after %v: too slow a machine for the turn to hold", who, took)
+	}
+	if ran != 1 {
+		t.Errorf("%d scripts ran for the hand-over, want 1 (the release; the woken ask is a plain SET)", ran)
+	}
+	if q := queueOf(t, m, "k"); fmt.Sprint(q) != fmt.Sprint(ids[1:]) {
+		t.Errorf("B holds the key with queue %q, want %q carried over", q, ids[1:])
+	}
+	l.Release(ctx)
+	next := wokenBy(t, waits["C"], time.Now(), 5*time.Second)
+	next.Release(ctx)
+}
+
+// overtake is a go-redis hook that, once armed, lets another Client take
+// the key just before the first plain SET NX goes out: the woken waiter's
+// ask finds the key taken, as when a try-once Obtain comes first.
+type overtake struct {
+	armed atomic.Bool
+	take  func()
+	fired atomic.Bool
+}
+
+func (o *overtake) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (o *overtake) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		o.check([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (o *overtake) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		o.check(cmds)
+		return next(ctx, cmds)
+	}
+}
+func (o *overtake) check(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 3 && fmt.Sprint(a[0]) == "set" && fmt.Sprint(a[3]) == "nx" && o.armed.CompareAndSwap(true, false) {
+			o.take()
+			o.fired.Store(true)
+		}
+	}
+}
+
+// TestWaitOvertakenAskQueues: the key is taken between its release and
+// the woken waiter's plain SET; the waiter asks again at once with the
+// script, which queues it, and the taker's release wakes it: it does not
+// sleep to the taker's TTL.
+func TestWaitOvertakenAskQueues(t *testing.T) {
+	servers := redistest.Start(t, 1)
+	hooked := servers[0].Client()
+	t.Cleanup(func() { hooked.Close() })
+	plain := servers[0].Client()
+	t.Cleanup(func() { plain.Close() })
+	ctx := t.Context()
+	holder := newClient(t, []redis.UniversalClient{plain})
+	taker := newClient(t, []redis.UniversalClient{plain})
+	held, err := holder.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taken *redlock.Lock
+	o := &overtake{take: func() {
+		l, err := taker.Obtain(context.Background(), "k", 20*time.Second)
+		if err != nil {
+			t.Errorf("the taker: %v", err)
+			return
+		}
+		taken = l
+	}}
+	hooked.AddHook(o)
+	ch := waitFor(ctx, newClient(t, []redis.UniversalClient{hooked}), "k", 20*time.Second)
+	queuedN(t, plain, "k", 1)
+	subscribed(t, plain)
+	time.Sleep(700 * time.Millisecond)
+	o.armed.Store(true)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	queuedN(t, plain, "k", 1) // queued behind the taker
+	if !o.fired.Load() || taken == nil {
+		t.Fatal("the woken waiter sent no plain SET NX, or the taker did not take the key")
+	}
+	released := time.Now()
+	if err := taken.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := wokenBy(t, ch, released, 5*time.Second)
+	l.Release(ctx)
+}

@@ -18,7 +18,11 @@ package redlock
 // the queue with the key; the first Client in it has the turn: its head
 // asks at once, and its acquire carries the rest of the queue (and its own
 // id again at the end when it has more waiters of the key) into the new
-// value. The other Clients' heads hear that the turn went elsewhere and do
+// value. That acquire, like any of a head woken by a release, is a plain
+// SET NX with the value the script would set: one command on the master,
+// not a script's three. Refused (another took the key since), it queues
+// nobody, so the head asks again at once with the script
+// (TestWaitWokenAskIsOneCommand, TestWaitOvertakenAskQueues). The other Clients' heads hear that the turn went elsewhere and do
 // not ask at once: a release costs one request, not one per waiting
 // Client, when the lock is released again within turnWait. Nothing tells
 // them that the turn was taken, so after turnWait they ask once (a
@@ -395,16 +399,19 @@ func (w *waker) isHead(x *waiter) bool {
 // confirmed, and clears x's flags: what happens from now on counts. It
 // returns the turn argument of x's next acquire (waitScript): this
 // Client's id, then the queue x's turn carries over, then this Client's
-// id again when it has more waiters of the key.
-func (w *waker) ready(x *waiter) (confirmed uint64, turn string) {
+// id again when it has more waiters of the key; and whether x was woken
+// by the announced release of its key, with the turn this Client's or
+// nobody's: the key is most likely free (try's plain acquire).
+func (w *waker) ready(x *waiter) (confirmed uint64, turn string, free bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	turn = w.c.turnID + x.carry
 	if len(w.keys[x.key].queue) > 1 && !queued(x.carry, w.c.turnID) {
 		turn += w.c.turnID
 	}
+	free = x.released != 0 && !x.retry
 	x.released, x.retry, x.passed, x.carry = 0, false, passNone, ""
-	return w.subscribed(x), turn
+	return w.subscribed(x), turn, free
 }
 
 // subscribed returns the masters (bit i) whose subscription for x's key
@@ -899,8 +906,9 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	gate, first := -1, c.gateOf(full)
 	var last error
 	for n = 1; ; n++ {
-		confirmed, turn := w.ready(x)
-		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, gate)
+		confirmed, turn, free := w.ready(x)
+		plain := free && !c.cfg.fencing
+		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, plain, gate)
 		if err == nil {
 			if len(turn) > turnIDLen && turn[len(turn)-turnIDLen:] == c.turnID {
 				held = ttl
@@ -926,6 +934,11 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		}
 		if err := c.cutShort(ctx, err, last); err != nil {
 			return nil, n, nil, err
+		}
+		if plain {
+			// Taken by another since the release: this Client is not
+			// queued there yet. It asks again at once, with waitScript.
+			continue
 		}
 		last = err
 		w.noteFailed(x, err)
@@ -986,7 +999,7 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		confirmed, _ := w.ready(x)
+		confirmed, _, _ := w.ready(x)
 		o := c.newOp(opWatch, full, "", "")
 		rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
 		var held uint64
