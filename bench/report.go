@@ -365,15 +365,19 @@ func writeHandOver(b *strings.Builder, r *report) {
 				continue
 			}
 			ideal := float64(cr.HotKeys) / time.Duration(s.HoldP50).Seconds()
-			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %.0f%% | %s | %s | %s | %s |",
+			service := time.Duration(s.HoldP50 + s.GapP50)
+			fair := time.Duration(float64(cr.G) / float64(cr.HotKeys) * float64(service))
+			fifo := fifoP99(cr.G, cr.HotKeys, service)
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %.0f%% | %s | %s | %s | %s | %s (%.1f×) | %s (%.1f×) |",
 				cr.Name, s.Name, fmtRate(s.CyclesPerSec), fmtRate(ideal), 100*s.CyclesPerSec/ideal,
-				fmtDur(s.HoldP50), fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.P99)))
+				fmtDur(s.HoldP50), fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.P99),
+				fmtDur(int64(fair)), float64(s.P99)/float64(fair), fmtDur(int64(fifo)), float64(s.P99)/float64(fifo)))
 		}
 	}
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("\n## Hand-over\n\nContended cells: the gap is the time from a holder's release call to the next grant of the same key (by whichever goroutine); the ideal is hot keys / the measured median hold, every key always held with no gap. Lock p99 is the whole wait of one lock call.\n\n")
-	b.WriteString("| cell | contender | cycles/s | ideal | of ideal | hold p50 | gap p50 | gap p99 | lock p99 |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("\n## Hand-over\n\nContended cells: the gap is the time from a holder's release call to the next grant of the same key (by whichever goroutine); the ideal is hot keys / the measured median hold, every key always held with no gap. Lock p99 is the whole wait of one lock call. The fair share is goroutines per hot key x (hold p50 + gap p50), each waiter served once per round; the FIFO p99 is the lock p99 a perfect first-come, first-served hand-over would give with that hold and gap, simulated (every goroutine picks its next key at random, as here, so the keys' queues wander: even that order's tail is about three fair shares). In brackets: lock p99 over each.\n\n")
+	b.WriteString("| cell | contender | cycles/s | ideal | of ideal | hold p50 | gap p50 | gap p99 | lock p99 | fair share | FIFO p99 |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	b.WriteString(strings.Join(rows, "\n") + "\n")
 }
