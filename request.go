@@ -152,6 +152,9 @@ func (r *request) build(eval, fresh bool) {
 	case opAcquire:
 		if r.again { // our own key from the first run holds the lock
 			s, a = &acquireAgainScript, append(a, nil, nil, 1, r.key, r.token, r.ttl)
+			if r.turn != nil { // a waiter's plain acquire: the same value as the first run's
+				a = append(a, r.turn)
+			}
 			break
 		}
 		v := r.token

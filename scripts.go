@@ -270,6 +270,8 @@ return {v or '', t, f or ''}
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
+//	ARGV[3]  the value to set, when not the token alone: a waiter's plain
+//	         acquire carries the wait mark and the turn queue (op.turn)
 //	returns  1 taken (now or by the first run), 0 held by another owner
 var acquireAgainScript = newScript(`local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
@@ -278,10 +280,10 @@ end
 if v then
 	return 0
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[3] or ARGV[1], 'PX', ARGV[2])
 return 1
 `,
-	"120c0083fd787bf7499bc746ec3081913fc3ac7f")
+	"ed7c084d51354b3a332dd378aaabfd25b8df9d31")
 
 // acquireFencedAgainScript is acquireFencedScript sent a second time: when
 // the first run took the lock, the counter it raised is the fence.

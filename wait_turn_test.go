@@ -441,37 +441,6 @@ func TestWaitWokenAskIsOneCommand(t *testing.T) {
 	next.Release(ctx)
 }
 
-// overtake is a go-redis hook that, once armed, lets another Client take
-// the key just before the first plain SET NX goes out: the woken waiter's
-// ask finds the key taken, as when a try-once Obtain comes first.
-type overtake struct {
-	armed atomic.Bool
-	take  func()
-	fired atomic.Bool
-}
-
-func (o *overtake) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (o *overtake) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		o.check([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-func (o *overtake) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		o.check(cmds)
-		return next(ctx, cmds)
-	}
-}
-func (o *overtake) check(cmds []redis.Cmder) {
-	for _, c := range cmds {
-		if a := c.Args(); len(a) > 3 && fmt.Sprint(a[0]) == "set" && fmt.Sprint(a[3]) == "nx" && o.armed.CompareAndSwap(true, false) {
-			o.take()
-			o.fired.Store(true)
-		}
-	}
-}
-
 // TestWaitOvertakenAskQueues: the key is taken between its release and
 // the woken waiter's plain SET; the waiter asks again at once with the
 // script, which queues it, and the taker's release wakes it: it does not
@@ -490,7 +459,7 @@ func TestWaitOvertakenAskQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	var taken *redlock.Lock
-	o := &overtake{take: func() {
+	o := &onPlainAsk{bare: true, do: func() {
 		l, err := taker.Obtain(context.Background(), "k", 20*time.Second)
 		if err != nil {
 			t.Errorf("the taker: %v", err)

@@ -12,34 +12,39 @@ package redlock
 // first, a try-once Obtain included.
 //
 // Within a Client, the waiters of one key queue in arrival order and only
-// the first (the head) asks the masters. Across Clients, the key's value
-// on each master holds a turn queue: a refused head appends its Client's
-// id (turnID) after the mark, once. The release of such a key announces
-// the queue with the key; the first Client in it has the turn: its head
-// asks at once, and its acquire carries the rest of the queue (and its own
-// id again at the end when it has more waiters of the key) into the new
-// value. That acquire, like any of a head woken by a release, is a plain
-// SET NX with the value the script would set: one command on the master,
-// not a script's three. Refused (another took the key since), it queues
-// nobody, so the head asks again at once with the script
-// (TestWaitWokenAskIsOneCommand, TestWaitOvertakenAskQueues). The other Clients' heads hear that the turn went elsewhere and do
-// not ask at once: a release costs one request, not one per waiting
-// Client, when the lock is released again within turnWait. Nothing tells
-// them that the turn was taken, so after turnWait they ask once (a
-// refusal, which queues nobody again): a longer hold still costs one
-// request per waiting Client, as before turns, only not all at once. A
-// Client whose turn passes unused (its waiters gave up, its process
-// died) holds the others up for turnWait at most, after which they ask
-// as before. A Client whose own release gave the turn to another lets
-// that Client ask first (turnLead) before its next waiter of the key
+// the first (the head) asks the masters. Across Clients, the key's value on
+// each master holds a turn queue: a refused head appends its Client's id
+// (turnID) after the mark, once. The release of such a key announces the
+// queue with the key; the first Client in it has the turn: its head asks at
+// once, and its acquire carries the rest of the queue (and its own id again
+// at the end when it has more waiters of the key) into the new value.
+// Without fencing, that acquire, like any of a head woken by the announced
+// releases of enough masters for a quorum to be free, is a plain SET NX
+// with the value the script would set: one command on the master, not a
+// script's three; sent again after the master closed its connection, it
+// sets that same value (acquireAgainScript). Refused (another took the key
+// since), it queues nobody, so the head asks again at once with the script;
+// at N > 1 a split grant is undone, and the undo's own announcement (fewer
+// than a quorum of masters) does not count as a release
+// (TestWaitWokenAskIsOneCommand, TestWaitOvertakenAskQueues,
+// TestWaitResentPlainAskKeepsTheQueue, TestWaitSplitPlainAskDoesNotSpin,
+// TestWaitEndedAfterARefusedPlainAskSaysTaken). The other Clients' heads
+// hear that the turn went elsewhere and do not ask at once: a release costs
+// one request, not one per waiting Client, when the lock is released again
+// within turnWait. Nothing tells them that the turn was taken, so after
+// turnWait they ask once (a refusal, which queues nobody again): a longer
+// hold still costs one request per waiting Client, as before turns, only
+// not all at once. A Client whose turn passes unused (its waiters gave up,
+// its process died) holds the others up for turnWait at most, after which
+// they ask as before. A Client whose own release gave the turn to another
+// lets that Client ask first (turnLead) before its next waiter of the key
 // asks: asking the moment its release returns, ahead of a Client that must
-// first hear the announcement, a Client that releases and waits again in
-// a loop took the key back nearly every time
+// first hear the announcement, a Client that releases and waits again in a
+// loop took the key back nearly every time
 // (TestWaitTurnNotTakenBackByItsReleaser). The turn is a courtesy between
-// waiters, not a reservation: the key is free once released, and a
-// try-once Obtain, a polling one or another Client asking then may take
-// it first; the Clients queued stay queued only if a refused one queues
-// itself again.
+// waiters, not a reservation: the key is free once released, and a try-once
+// Obtain, a polling one or another Client asking then may take it first;
+// the Clients queued stay queued only if a refused one queues itself again.
 //
 // Rules this file keeps, each with the test that fails when it breaks:
 //   - A waiter relies on a wake-up only once this Client's subscriptions to
@@ -399,19 +404,22 @@ func (w *waker) isHead(x *waiter) bool {
 // confirmed, and clears x's flags: what happens from now on counts. It
 // returns the turn argument of x's next acquire (waitScript): this
 // Client's id, then the queue x's turn carries over, then this Client's
-// id again when it has more waiters of the key; and whether x was woken
-// by the announced release of its key, with the turn this Client's or
-// nobody's: the key is most likely free (try's plain acquire).
-func (w *waker) ready(x *waiter) (confirmed uint64, turn string, free bool) {
+// id again when it has more waiters of the key; and the masters that
+// announced a release of its key since the flags were last cleared, with
+// the turn this Client's or nobody's (none when x is to ask again for
+// another reason): the caller tells whether they free a quorum.
+func (w *waker) ready(x *waiter) (confirmed uint64, turn string, released uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	turn = w.c.turnID + x.carry
 	if len(w.keys[x.key].queue) > 1 && !queued(x.carry, w.c.turnID) {
 		turn += w.c.turnID
 	}
-	free = x.released != 0 && !x.retry
+	if !x.retry {
+		released = x.released
+	}
 	x.released, x.retry, x.passed, x.carry = 0, false, passNone, ""
-	return w.subscribed(x), turn, free
+	return w.subscribed(x), turn, released
 }
 
 // subscribed returns the masters (bit i) whose subscription for x's key
@@ -890,7 +898,13 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	} else if d = w.yielding(x); d > 0 {
 		pass = d
 	}
+	// from and need are what the last sleep waited for: a head asks with a
+	// plain SET NX only when that many of those masters (or a quorum of
+	// any) announced a release since, not at an announcement of its own
+	// undo (a split grant's release announces the turn queue it carried).
+	from, need := uint64(0), c.quorum
 	if d > 0 {
+		from = uint64(1)<<len(c.nodes) - 1
 		timer.Reset(d)
 		if cause := c.sleepUntil(ctx, w, x, timer, uint64(1)<<len(c.nodes)-1, c.quorum, pass); cause != nil {
 			if errors.Is(cause, ErrClosed) {
@@ -906,8 +920,9 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	gate, first := -1, c.gateOf(full)
 	var last error
 	for n = 1; ; n++ {
-		confirmed, turn, free := w.ready(x)
-		plain := free && !c.cfg.fencing
+		confirmed, turn, released := w.ready(x)
+		plain := !c.cfg.fencing && released != 0 &&
+			(bits.OnesCount64(released&from) >= need || bits.OnesCount64(released) >= c.quorum)
 		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, plain, gate)
 		if err == nil {
 			if len(turn) > turnIDLen && turn[len(turn)-turnIDLen:] == c.turnID {
@@ -935,13 +950,17 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		if err := c.cutShort(ctx, err, last); err != nil {
 			return nil, n, nil, err
 		}
+		last = err // what this wait ends with if the next ask is cut short (cutShort)
+		w.noteFailed(x, err)
 		if plain {
 			// Taken by another since the release: this Client is not
-			// queued there yet. It asks again at once, with waitScript.
+			// queued there yet. It asks again at once, with waitScript,
+			// unless a quorum announced a release meanwhile: an
+			// announcement of its own undo (a split grant's release
+			// announces the turn queue it carried) does not count.
+			from, need = 0, c.quorum
 			continue
 		}
-		last = err
-		w.noteFailed(x, err)
 		gate = -1
 		if first >= 0 && errors.As(err, &qe) {
 			switch qe.Nodes[first].Err {
@@ -951,7 +970,8 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		}
 		// A quorum can be free once so many of the masters it did not get
 		// announce a release.
-		need := max(bits.OnesCount64(blocked)-(len(c.nodes)-c.quorum), 1)
+		need = max(bits.OnesCount64(blocked)-(len(c.nodes)-c.quorum), 1)
+		from = blocked
 		if bits.OnesCount64(confirmed&refused) < need {
 			// A release now may go unheard: ask again soon, or at the
 			// confirmation (a retry flag).
