@@ -364,8 +364,13 @@ func writeHandOver(b *strings.Builder, r *report) {
 			if s.HoldP50 == 0 || s.GapP50 == 0 {
 				continue
 			}
+			if s.CyclesPerSec <= 0 {
+				continue
+			}
 			ideal := float64(cr.HotKeys) / time.Duration(s.HoldP50).Seconds()
-			service := time.Duration(s.HoldP50 + s.GapP50)
+			// A key's mean time from one grant to the next, hold and gap:
+			// the medians would understate it (the gap's tail is long).
+			service := time.Duration(float64(cr.HotKeys) / s.CyclesPerSec * float64(time.Second))
 			fair := time.Duration(float64(cr.G) / float64(cr.HotKeys) * float64(service))
 			fifo := fifoP99(cr.G, cr.HotKeys, service)
 			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %.0f%% | %s | %s | %s | %s | %s (%.1f×) | %s (%.1f×) |",
@@ -377,7 +382,7 @@ func writeHandOver(b *strings.Builder, r *report) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("\n## Hand-over\n\nContended cells: the gap is the time from a holder's release call to the next grant of the same key (by whichever goroutine); the ideal is hot keys / the measured median hold, every key always held with no gap. Lock p99 is the whole wait of one lock call. The fair share is goroutines per hot key x (hold p50 + gap p50), each waiter served once per round; the FIFO p99 is the lock p99 a perfect first-come, first-served hand-over would give with that hold and gap, simulated (every goroutine picks its next key at random, as here, so the keys' queues wander: even that order's tail is about three fair shares). In brackets: lock p99 over each.\n\n")
+	b.WriteString("\n## Hand-over\n\nContended cells: the gap is the time from a holder's release call to the next grant of the same key (by whichever goroutine); the ideal is hot keys / the measured median hold, every key always held with no gap. Lock p99 is the whole wait of one lock call. The fair share is goroutines per hot key x a key's mean time from one grant to the next (hot keys / cycles/s: hold and gap), each waiter served once per round; the FIFO p99 is the lock p99 a perfect first-come, first-served hand-over would give with that time, simulated with that same time for every hand-over (the gap's spread would lengthen the tail) and every goroutine picking its next key at random, as here: the keys' queues wander, so even that order's tail is about three fair shares. In brackets: lock p99 over each.\n\n")
 	b.WriteString("| cell | contender | cycles/s | ideal | of ideal | hold p50 | gap p50 | gap p99 | lock p99 | fair share | FIFO p99 |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	b.WriteString(strings.Join(rows, "\n") + "\n")
 }
