@@ -487,3 +487,33 @@ func TestWaitOvertakenAskQueues(t *testing.T) {
 	l := wokenBy(t, ch, released, 5*time.Second)
 	l.Release(ctx)
 }
+
+// TestWaitUncontendedAskIsOneCommand: a WithWait Obtain of a free key
+// sends the same command as a try-once Obtain, a plain SET NX, not the
+// waiting script: on the masters an uncontended wait costs what a lock
+// nobody waits for does, at N=1 and N=3.
+func TestWaitUncontendedAskIsOneCommand(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprint("N=", n), func(t *testing.T) {
+			_, clients, a := cluster(t, n)
+			ctx := t.Context()
+			var locks []*redlock.Lock
+			before := scriptsRun(t, clients...)
+			for i := range 20 {
+				l, err := a.Obtain(ctx, fmt.Sprint("free:", i), 10*time.Second, redlock.WithWait())
+				if err != nil {
+					t.Fatal(err)
+				}
+				locks = append(locks, l)
+			}
+			if ran := scriptsRun(t, clients...) - before; ran != 0 {
+				t.Errorf("20 uncontended WithWait Obtains ran %d scripts on %d masters, want none (a plain SET NX each)", ran, n)
+			}
+			for _, l := range locks {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -903,6 +903,12 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	// any) announced a release since, not at an announcement of its own
 	// undo (a split grant's release announces the turn queue it carried).
 	from, need := uint64(0), c.quorum
+	// A head that asks without sleeping first asks with a plain SET NX
+	// too: the key is most often free (a WithWait Obtain nobody holds the
+	// key against), and a script would cost the master three commands
+	// where the SET costs one; refused, it asks again at once with the
+	// script, which queues it (TestWaitUncontendedAskIsOneCommand).
+	optimistic := d == 0
 	if d > 0 {
 		from = uint64(1)<<len(c.nodes) - 1
 		timer.Reset(d)
@@ -921,8 +927,8 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	var last error
 	for n = 1; ; n++ {
 		confirmed, turn, released := w.ready(x)
-		plain := !c.cfg.fencing && released != 0 &&
-			(bits.OnesCount64(released&from) >= need || bits.OnesCount64(released) >= c.quorum)
+		plain := !c.cfg.fencing && ((n == 1 && optimistic) || released != 0 &&
+			(bits.OnesCount64(released&from) >= need || bits.OnesCount64(released) >= c.quorum))
 		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, plain, gate)
 		if err == nil {
 			if len(turn) > turnIDLen && turn[len(turn)-turnIDLen:] == c.turnID {
