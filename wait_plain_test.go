@@ -15,9 +15,38 @@ import (
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// onPlainAsk is a go-redis hook that, once armed, runs do just before the
-// first plain SET NX carrying the wait mark (a woken head's plain ask)
-// goes out.
+// cmdHook is a go-redis hook that shows before the commands about to go
+// out, and after the same commands once answered (either may be nil).
+type cmdHook struct{ before, after func([]redis.Cmder) }
+
+func (h cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.around([]redis.Cmder{cmd})
+		defer h.done([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (h cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.around(cmds)
+		defer h.done(cmds)
+		return next(ctx, cmds)
+	}
+}
+func (h cmdHook) around(cmds []redis.Cmder) {
+	if h.before != nil {
+		h.before(cmds)
+	}
+}
+func (h cmdHook) done(cmds []redis.Cmder) {
+	if h.after != nil {
+		h.after(cmds)
+	}
+}
+
+// onPlainAsk, once armed, runs do just before the first plain SET NX
+// carrying the wait mark (a woken head's plain ask) goes out (cmdHook).
 type onPlainAsk struct {
 	bare  bool // any SET NX, the token alone too
 	armed atomic.Bool
@@ -25,19 +54,6 @@ type onPlainAsk struct {
 	do    func()
 }
 
-func (o *onPlainAsk) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (o *onPlainAsk) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		o.check([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-func (o *onPlainAsk) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		o.check(cmds)
-		return next(ctx, cmds)
-	}
-}
 func (o *onPlainAsk) check(cmds []redis.Cmder) {
 	for _, c := range cmds {
 		a := c.Args()
@@ -52,9 +68,10 @@ func (o *onPlainAsk) check(cmds []redis.Cmder) {
 // under a woken head's plain SET NX (before running it); the transport
 // sends it again in a form safe to run twice (acquireAgainScript), which
 // must set the same value: the token, the mark and the queue (here the
-// Client's own id, for its second waiter). It sets the token alone: the
-// lock's release is not announced, and the Client's second waiter, which
-// sleeps until that release (the lock's TTL), sleeps the whole TTL.
+// Client's own id, for its second waiter). Were it to set the token alone,
+// the lock's release would not be announced, and the Client's second
+// waiter, which sleeps until that release (the lock's TTL), would sleep
+// the whole TTL.
 func TestWaitResentPlainAskKeepsTheQueue(t *testing.T) {
 	servers := redistest.Start(t, 1)
 	hooked := servers[0].Client()
@@ -77,7 +94,7 @@ func TestWaitResentPlainAskKeepsTheQueue(t *testing.T) {
 			t.Errorf("CLIENT KILL: %v", err)
 		}
 	}}
-	hooked.AddHook(o)
+	hooked.AddHook(cmdHook{before: o.check})
 	w := newClient(t, []redis.UniversalClient{hooked}, redlock.WithNodeTimeout(500*time.Millisecond))
 	first := waitFor(ctx, w, "k", 20*time.Second)
 	ids := queuedN(t, plain, "k", 1)
@@ -143,7 +160,7 @@ func TestWaitSplitPlainAskDoesNotSpin(t *testing.T) {
 		h.armed.Store(false)
 		arm := &sharedArm{shared: o, own: h}
 		arms = append(arms, arm)
-		rdb.AddHook(arm)
+		rdb.AddHook(cmdHook{before: arm.check, after: arm.slowRelease})
 		hooked = append(hooked, rdb)
 	}
 	ctx := t.Context()
@@ -190,21 +207,6 @@ type sharedArm struct {
 	asks        atomic.Int64 // plain asks this master saw
 }
 
-func (s *sharedArm) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (s *sharedArm) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.check([]redis.Cmder{cmd})
-		defer s.slowRelease([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-func (s *sharedArm) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		s.check(cmds)
-		defer s.slowRelease(cmds)
-		return next(ctx, cmds)
-	}
-}
 
 // slowRelease, once the plain ask went out, holds a release's reply (the
 // undo's) for a few milliseconds: its announcement, on the subscription's
@@ -270,11 +272,11 @@ func TestWaitEndedAfterARefusedPlainAskSaysTaken(t *testing.T) {
 		taken.Store(l)
 		scriptAfter.Store(true)
 	}}
-	hooked.AddHook(o)
-	hooked.AddHook(&onScript{armed: &scriptAfter, do: func() {
+	hooked.AddHook(cmdHook{before: o.check})
+	hooked.AddHook(cmdHook{before: (&onScript{armed: &scriptAfter, do: func() {
 		cancel()
 		time.Sleep(50 * time.Millisecond) // the ask's reply comes after the context ended
-	}})
+	}}).check})
 	w := newClient(t, []redis.UniversalClient{hooked})
 	first := waitFor(ctx, w, "k", 20*time.Second)
 	queuedN(t, plain, "k", 1)
@@ -303,26 +305,13 @@ func TestWaitEndedAfterARefusedPlainAskSaysTaken(t *testing.T) {
 	}
 }
 
-// onScript is a go-redis hook that, once armed, runs do just before the
+// onScript, once armed, runs do just before the
 // next EVALSHA goes out.
 type onScript struct {
 	armed *atomic.Bool
 	do    func()
 }
 
-func (o *onScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (o *onScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		o.check([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-func (o *onScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		o.check(cmds)
-		return next(ctx, cmds)
-	}
-}
 func (o *onScript) check(cmds []redis.Cmder) {
 	for _, c := range cmds {
 		if fmt.Sprint(c.Args()[0]) == "evalsha" && o.armed.CompareAndSwap(true, false) {

@@ -467,7 +467,7 @@ func TestWaitOvertakenAskQueues(t *testing.T) {
 		}
 		taken = l
 	}}
-	hooked.AddHook(o)
+	hooked.AddHook(cmdHook{before: o.check})
 	ch := waitFor(ctx, newClient(t, []redis.UniversalClient{hooked}), "k", 20*time.Second)
 	queuedN(t, plain, "k", 1)
 	subscribed(t, plain)
