@@ -517,3 +517,28 @@ func TestWaitUncontendedAskIsOneCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitUncontendedAskAfterALapsedYield: a Client whose release gave
+// the turn to another, and that waits for the key again after its turn
+// lead lapsed, asks a free key with a plain SET NX as any uncontended
+// wait does.
+func TestWaitUncontendedAskAfterALapsedYield(t *testing.T) {
+	_, clients, a := cluster(t, 1)
+	ctx := t.Context()
+	held, ch := holdAndWait(t, a, newClient(t, clients))
+	marked(t, clients[0], "k")
+	if err := held.Release(ctx); err != nil { // gives the turn to the other Client: a yields
+		t.Fatal(err)
+	}
+	outcome(t, ch, 5*time.Second).l.Release(ctx)
+	time.Sleep(100 * time.Millisecond) // the turn lead (at most 5 ms here) lapsed
+	before := scriptsRun(t, clients...)
+	l, err := a.Obtain(ctx, "k", 10*time.Second, redlock.WithWait())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran := scriptsRun(t, clients...) - before; ran != 0 {
+		t.Errorf("a WithWait Obtain of a free key after a lapsed yield ran %d scripts, want none", ran)
+	}
+	l.Release(ctx)
+}

@@ -908,7 +908,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	// key against), and a script would cost the master three commands
 	// where the SET costs one; refused, it asks again at once with the
 	// script, which queues it (TestWaitUncontendedAskIsOneCommand).
-	optimistic := d == 0
+	optimistic := d <= 0 // a yield that lapsed: no sleep either
 	if d > 0 {
 		from = uint64(1)<<len(c.nodes) - 1
 		timer.Reset(d)
