@@ -207,7 +207,6 @@ type sharedArm struct {
 	asks        atomic.Int64 // plain asks this master saw
 }
 
-
 // slowRelease, once the plain ask went out, holds a release's reply (the
 // undo's) for a few milliseconds: its announcement, on the subscription's
 // connection, comes first, as it may on a loaded machine.
