@@ -464,12 +464,13 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *ke
 		if c.cfg.fencing {
 			kind, ckey = opAcquireFenced, counterKey(full)
 		}
-		if turn != "" && !plain {
+		script := turn != "" && !plain
+		if script {
 			kind = opAcquireWait
 		}
 		l.op = c.newOp(kind, full, ckey, l.token).with(kind, c.boxTTL(ttl), 0)
 		switch {
-		case turn != "" && !plain:
+		case script:
 			l.op.turn = turn
 		case len(turn) > turnIDLen: // the value waitScript would set
 			l.op.turn = l.token + waitMark + turn[turnIDLen:]

@@ -830,7 +830,7 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 			// A quorum of announcements frees the key whoever refused x: a
 			// head refused at the gate alone hears the other masters too,
 			// should the gate not announce (frozen since it refused).
-			if retry || bits.OnesCount64(released&from) >= need || bits.OnesCount64(released) >= c.quorum {
+			if retry || c.freed(released, from, need) {
 				return nil
 			}
 			switch {
@@ -845,6 +845,13 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 			}
 		}
 	}
+}
+
+// freed reports whether the masters in released, which announced a
+// release of a key, can have freed a quorum: need of those in from (the
+// ones that refused the last ask), or a quorum of any.
+func (c *Client) freed(released, from uint64, need int) bool {
+	return bits.OnesCount64(released&from) >= need || bits.OnesCount64(released) >= c.quorum
 }
 
 // obtainWait is obtainLoop for WithWait: after a failed attempt it sleeps
@@ -919,16 +926,15 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			return nil, 0, nil, unasked(cause)
 		}
 	}
-	// The first attempt asks every master (and marks the key on every
-	// one that refuses); the next ones ask the gate first, while it
-	// answers. last is the error of the last attempt that asked every
+	// The first script attempt asks every master (and marks the key on
+	// every one that refuses; a plain ask before it marks nothing); the
+	// next ones ask the gate first, while it answers. last is the error of the last attempt that asked every
 	// master: a gate's refusal alone says little of the others.
 	gate, first := -1, c.gateOf(full)
 	var last error
 	for n = 1; ; n++ {
 		confirmed, turn, released := w.ready(x)
-		plain := !c.cfg.fencing && ((n == 1 && optimistic) || released != 0 &&
-			(bits.OnesCount64(released&from) >= need || bits.OnesCount64(released) >= c.quorum))
+		plain := !c.cfg.fencing && (n == 1 && optimistic || c.freed(released, from, need))
 		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, plain, gate)
 		if err == nil {
 			if len(turn) > turnIDLen && turn[len(turn)-turnIDLen:] == c.turnID {
