@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,6 +232,70 @@ func settle(t testing.TB, ms []redis.UniversalClient) time.Duration {
 		}
 	}
 	return time.Since(start)
+}
+
+// warmLock has the lock send a request to every master and hear back
+// before a fault: the library's lane sends lock requests only on a
+// connection whose ID it learned in a round trip of its own, so a lane
+// that meets a cut link without one sends nothing there, and warming the
+// go-redis pools does not give it one. It obtains and releases a
+// throwaway key until one lock reached every master (direct: a client per
+// master, unproxied), then waits until its release ran everywhere and
+// allows the replies a node timeout to come back.
+func warmLock(t testing.TB, c Locker, direct []redis.UniversalClient, prefix string) {
+	t.Helper()
+	on := func(ctx context.Context, token string) (n int) {
+		for _, m := range direct {
+			if v, _ := m.Get(ctx, prefix+"warm").Result(); v == token {
+				n++
+			}
+		}
+		return n
+	}
+	var err error
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var lock Held
+		if lock, err = c.Obtain(ctx, "warm", time.Second); err == nil {
+			time.Sleep(nodeTimeout) // the masters after the quorum
+			n := on(ctx, lock.Token())
+			if err = lock.Release(ctx); err == nil && n < len(direct) {
+				err = fmt.Errorf("the lock reached %d of %d masters", n, len(direct))
+			}
+			for err == nil && ctx.Err() == nil && on(ctx, lock.Token()) > 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		cancel()
+		if err == nil {
+			time.Sleep(nodeTimeout)
+			return
+		}
+	}
+	t.Fatalf("warming the lock: %v", err)
+}
+
+// setCalls is how many SET and SETNX commands the masters ran (INFO
+// commandstats; a refused SET NX counts too: it reached the master).
+func setCalls(t testing.TB, ms []redis.UniversalClient) (n int) {
+	t.Helper()
+	for _, m := range ms {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := m.Info(ctx, "commandstats").Result()
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"set", "setnx"} {
+				if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+					c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+					n += c
+				}
+			}
+		}
+	}
+	return n
 }
 
 // witness starts a Witness on every master, closed when the test ends.
