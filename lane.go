@@ -21,7 +21,11 @@ import (
 //     (TestLaneKeepsOrder; across connections, see transport.go.)
 //   - The callers of a batch just delivered queue their next requests before
 //     the worker takes the queue, so they go out together (gather); the
-//     lane is not stalled meanwhile. (TestLaneGathersTheNextWave,
+//     lane is not stalled meanwhile. On a lane whose callers come back
+//     (a Client of one standalone master), the worker waits for them, for
+//     at most a quarter of the batch's round trip; once they did not come
+//     back in time, it stops waiting for a while. (TestLaneGathersTheNextWave,
+//     TestLaneWaitsForItsCallers, TestLaneStopsWaitingForCallersThatDoNotReturn,
 //     TestLaneDoesNotStallWhileGathering)
 //   - Each request is delivered exactly once, by the lane, after the
 //     transport returned or panicked; the transport only sets replies.
@@ -79,10 +83,24 @@ type lane struct {
 
 	live   []*request    // scratch, owned by whoever runs the lane
 	budget time.Duration // what a tick may take (node.budget): its stall point
+
+	// Gathering by waiting (see gather): whether the lane may wait for its
+	// callers, how many requests the worker waits for, whether it is
+	// waiting, the timer that ends a wait, and how many batches go out
+	// before the lane waits again, after a wait that ran out.
+	waitCallers bool
+	waitMax     time.Duration // gatherMax; longer in tests
+	missed      int           // requests queued while the last batch was out
+	want        int
+	gathering   bool
+	gatherEnd   *time.Timer
+	gatherGen   int // which gather gatherEnd ends
+	noWait      int
+	waits       int // gathers that waited, for the tests
 }
 
 func newLane(t transport, deliver func(*request)) *lane {
-	l := &lane{t: t, deliver: deliver, budget: tickBudget}
+	l := &lane{t: t, deliver: deliver, budget: tickBudget, waitMax: gatherMax}
 	l.cond.L = &l.mu
 	return l
 }
@@ -143,7 +161,7 @@ func (l *lane) trySend(r *request, inline bool) bool {
 		return true
 	}
 	l.queue = append(l.queue, r)
-	if !l.running && l.waiting {
+	if (!l.running && l.waiting) || (l.gathering && len(l.queue) >= l.want) {
 		l.cond.Signal()
 	}
 	l.mu.Unlock()
@@ -178,6 +196,9 @@ func (l *lane) closeLocked() {
 	l.closed = true
 	if l.ticking != nil {
 		l.ticking.Stop()
+	}
+	if l.gatherEnd != nil {
+		l.gatherEnd.Stop()
 	}
 	l.cond.Broadcast()
 }
@@ -234,11 +255,12 @@ func (l *lane) work(wg *sync.WaitGroup) {
 		for _, r := range batch {
 			due = later(due, r.deadline)
 		}
-		l.running, l.stalled = true, stallAt(time.Now(), due)
+		start := time.Now()
+		l.running, l.stalled = true, stallAt(start, due)
 		l.mu.Unlock()
 		l.run(batch)
 		if len(batch) > 1 {
-			l.gather()
+			l.gather(len(batch), time.Since(start))
 		}
 		clear(batch)
 		l.mu.Lock()
@@ -249,20 +271,65 @@ func (l *lane) work(wg *sync.WaitGroup) {
 
 // gather lets the callers of the batch just delivered queue their next
 // requests before the worker takes the queue. Callers that share a master
-// come back together (a lock, then its release), and the ones already
-// running a moment later would otherwise miss the next batch and wait a
-// whole round trip for the one after: two half-full batches where one full
-// one would do, and the master's CPU per lock is mostly per batch (a read,
-// a write, a wake-up). One yield, no timer: a caller that is not ready at
-// once (it does other work first) is not waited for. The lane stays
-// running meanwhile, so a caller queues rather than sending a batch of its
-// own, and is not stalled: the master has just answered.
-func (l *lane) gather() {
+// come back together (a lock, then its release), and the ones not back yet
+// would otherwise miss the next batch and wait a whole round trip for the
+// one after: two half-full batches where one full one would do, and the
+// master's CPU per lock is mostly per batch (a read, a write, a wake-up).
+// The lane stays running meanwhile, so a caller queues rather than sending
+// a batch of its own, and is not stalled: the master has just answered.
+//
+// A yield is enough when the worker's own core runs the callers, but with
+// two cores or more the worker resumes at once on another and takes the
+// queue before most callers are back (measured with 64 goroutines on one
+// master 500us away: half the callers missed each batch, and a lock call
+// took two round trips). So a lane whose callers come back for their next
+// request (waitCallers: a Client of one standalone master, where a call
+// needs no other master's answer) parks until as many more requests are
+// queued as it just delivered, or until a quarter of the batch's round
+// trip (at most gatherMax) has passed. Callers that do not come back
+// in time (they work between their requests) would make every batch wait
+// that long: after a wait that ran out with fewer than half of them back,
+// the next noWaitBatches batches go out after a yield only.
+func (l *lane) gather(delivered int, took time.Duration) {
 	l.mu.Lock()
 	l.stalled = notStalled
+	wait := min(took/4, l.waitMax)
+	if !l.waitCallers || l.noWait > 0 || l.closed || wait <= 0 {
+		l.noWait = max(0, l.noWait-1)
+		l.mu.Unlock()
+		runtime.Gosched()
+		return
+	}
+	l.want, l.gathering = l.missed+delivered, true
+	l.waits++
+	l.gatherGen++
+	gen := l.gatherGen
+	// A timer of its own: a late one of an earlier gather must not end it.
+	l.gatherEnd = time.AfterFunc(wait, func() {
+		l.mu.Lock()
+		if l.gathering && l.gatherGen == gen {
+			l.gathering = false
+			l.cond.Signal()
+		}
+		l.mu.Unlock()
+	})
+	for l.gathering && len(l.queue) < l.want && !l.closed {
+		l.cond.Wait()
+	}
+	if back := len(l.queue) - l.missed; back < delivered/2 && !l.closed {
+		l.noWait = noWaitBatches // ran out: most callers do other work first
+	}
+	l.gathering = false
+	l.gatherEnd.Stop()
 	l.mu.Unlock()
-	runtime.Gosched()
 }
+
+// gatherMax bounds a gather's wait; noWaitBatches is how many batches go
+// out without one after a wait that ran out.
+const (
+	gatherMax     = 400 * time.Microsecond
+	noWaitBatches = 16
+)
 
 // notStalled is a stall point no lane reaches.
 var notStalled = time.Unix(1<<40, 0)
@@ -330,6 +397,11 @@ func (l *lane) run(batch []*request) {
 	}
 	clear(live)
 	l.live = live[:0]
+	if l.waitCallers {
+		l.mu.Lock()
+		l.missed = len(l.queue) // before the callers of this batch are back
+		l.mu.Unlock()
+	}
 	for _, r := range batch {
 		l.deliver(r)
 	}

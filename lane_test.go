@@ -28,6 +28,7 @@ type fakeTransport struct {
 	block   chan struct{} // exec waits on it when not nil
 	entered chan struct{} // closed when an exec waits on block
 	panics  int           // this many more execs panic
+	delay   time.Duration // every exec takes this long (a round trip)
 	resets  int
 	sizes   []int // of every batch
 	closed  bool
@@ -46,7 +47,9 @@ func (f *fakeTransport) exec(batch []*request, _ time.Time) {
 	if panics {
 		f.panics--
 	}
+	delay := f.delay
 	f.mu.Unlock()
+	time.Sleep(delay)
 	if block != nil {
 		close(entered)
 		<-block
@@ -492,5 +495,81 @@ func TestTransportKnowsItsConnection(t *testing.T) {
 	}
 	if want := fmt.Sprintf("id=%d ", id); !strings.HasPrefix(list, want) && !strings.Contains(list, "\n"+want) {
 		t.Fatalf("no client %q on the server:\n%s", want, list)
+	}
+}
+
+// TestLaneWaitsForItsCallers: callers that work a moment between their
+// requests come back after each reply. With two cores the worker resumes
+// on the other at once after a yield, before most of them are back, and
+// their requests go out in two half batches a round trip apart; a lane
+// whose callers come back waits for them.
+func TestLaneWaitsForItsCallers(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	tl := newTestLane(t)
+	tl.t.delay = 2 * time.Millisecond // a round trip: a quarter of it is plenty for the callers
+	tl.lane.mu.Lock()
+	tl.waitCallers = true
+	tl.lane.mu.Unlock()
+	const callers, rounds = 8, 40
+	var wg sync.WaitGroup
+	var left atomic.Int64
+	left.Store(callers * rounds)
+	done := make(chan struct{})
+	tl.lane.deliver = func(r *request) {
+		var c, n int
+		fmt.Sscanf(r.key.(string), "c%d-%d", &c, &n)
+		if left.Add(-1) == 0 {
+			close(done)
+		}
+		if n+1 < rounds {
+			wg.Go(func() { // woken by its reply, it works a moment first
+				for range 10 {
+					runtime.Gosched()
+				}
+				tl.send(tl.req(fmt.Sprintf("c%d-%d", c, n+1), time.Minute), false)
+			})
+		}
+	}
+	for c := range callers {
+		tl.send(tl.req(fmt.Sprintf("c%d-0", c), time.Minute), false)
+	}
+	<-done
+	wg.Wait()
+	tl.t.mu.Lock()
+	sizes := slices.Clone(tl.t.sizes)
+	tl.t.mu.Unlock()
+	// Ideally one batch per round (the first may go out before every
+	// caller queued its first request).
+	if len(sizes) > rounds+rounds/4 {
+		t.Fatalf("%d callers' %d rounds took %d batches, want at most %d: %v", callers, rounds, len(sizes), rounds+rounds/4, sizes)
+	}
+}
+
+// TestLaneStopsWaitingForCallersThatDoNotReturn: callers that do not come
+// back make a wait run out; the lane then sends the next batches without
+// waiting, and tries again later.
+func TestLaneStopsWaitingForCallersThatDoNotReturn(t *testing.T) {
+	tl := newTestLane(t)
+	tl.t.delay = time.Millisecond
+	tl.lane.mu.Lock()
+	tl.waitCallers = true
+	tl.lane.mu.Unlock()
+	const waves = 2 * (noWaitBatches + 1)
+	for w := range waves {
+		entered, release := tl.t.blockNext()
+		tl.send(tl.req(fmt.Sprint("block", w), time.Minute), false)
+		<-entered
+		tl.send(tl.req(fmt.Sprint("a", w), time.Minute), false)
+		tl.send(tl.req(fmt.Sprint("b", w), time.Minute), false)
+		release()
+		tl.await(t, 3*(w+1))
+	}
+	tl.lane.mu.Lock()
+	waits := tl.waits
+	tl.lane.mu.Unlock()
+	// Each wave's batch of two finds nobody back: without the pause after
+	// a wait that ran out, every wave would wait once.
+	if waits < 2 || waits > waves/4 {
+		t.Fatalf("the lane waited after %d of %d batches whose callers did not come back, want 2 to %d: one wait, then %d batches without, then again", waits, waves, waves/4, noWaitBatches)
 	}
 }

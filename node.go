@@ -20,6 +20,7 @@ type node struct {
 	rdb  redis.UniversalClient
 	addr string
 	inl  bool        // requests may run on the caller's goroutine (one master, bounded reads)
+	one  bool        // the Client's only master
 	reqs *sync.Pool  // the client's pool of requests
 	lane *lane       // every request to the master, so a lock's requests keep their order
 	down atomic.Bool // the master stopped answering (kept with an Observer only)
@@ -73,7 +74,7 @@ func (n *node) restartedAfter(t time.Time) bool {
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, reqs *sync.Pool, wg *sync.WaitGroup) *node {
-	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), reqs: reqs, epoch: time.Now(), budget: tickBudget}
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), one: single, reqs: reqs, epoch: time.Now(), budget: tickBudget}
 	if cfg.nodeTimeout > 0 {
 		n.budget = min(tickBudget, cfg.nodeTimeout)
 	}
@@ -103,6 +104,10 @@ func (n *node) newLane() *lane {
 	t := &redisTransport{rdb: n.rdb, std: std, fresh: std == nil || !commandsAlias(), node: n, idle: connIdle}
 	l := newLane(t, n.deliver)
 	l.budget = n.budget
+	// A caller of a Client of one standalone master needs no other
+	// master's answer to send its next request: the lane may wait for
+	// them (lane.gather).
+	l.waitCallers = n.one && std != nil
 	n.wg.Add(1)
 	go l.work(n.wg)
 	return l
