@@ -563,6 +563,9 @@ func TestLaneStopsWaitingForCallersThatDoNotReturn(t *testing.T) {
 		tl.send(tl.req(fmt.Sprint("b", w), time.Minute), false)
 		release()
 		tl.await(t, 3*(w+1))
+		// Delivered before the worker's gather ends: the next wave's first
+		// request, sent now, would count as a caller come back.
+		parked(tl.lane)
 	}
 	tl.lane.mu.Lock()
 	waits := tl.waits
