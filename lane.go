@@ -84,19 +84,18 @@ type lane struct {
 	live   []*request    // scratch, owned by whoever runs the lane
 	budget time.Duration // what a tick may take (node.budget): its stall point
 
-	// Gathering by waiting (see gather): whether the lane may wait for its
-	// callers, how many requests the worker waits for, whether it is
-	// waiting, the timer that ends a wait, and how many batches go out
-	// before the lane waits again, after a wait that ran out.
+	// Gathering by waiting (see gather).
 	waitCallers bool
 	waitMax     time.Duration // gatherMax; longer in tests
 	missed      int           // requests queued while the last batch was out
-	want        int
-	gathering   bool
+	noWait      int           // batches to send before the lane waits again
+	want        int           // the worker waits until the queue holds this many
+	gathering   bool          // the worker waits
+	until       time.Time     // when the wait ends at the latest
+	slack       time.Duration // a request due before until+slack ends it
 	gatherEnd   *time.Timer
-	gatherGen   int // which gather gatherEnd ends
-	noWait      int
-	waits       int // gathers that waited, for the tests
+	gatherGen   int // which wait gatherEnd ends
+	ranOut      int // waits that ran out, for the tests
 }
 
 func newLane(t transport, deliver func(*request)) *lane {
@@ -161,7 +160,12 @@ func (l *lane) trySend(r *request, inline bool) bool {
 		return true
 	}
 	l.queue = append(l.queue, r)
-	if (!l.running && l.waiting) || (l.gathering && len(l.queue) >= l.want) {
+	switch {
+	case !l.running && l.waiting:
+		l.cond.Signal()
+	case l.gathering && (len(l.queue) >= l.want || r.deadline.Sub(l.until) < l.slack):
+		// Its callers are back, or a request could not wait for them.
+		l.gathering = false
 		l.cond.Signal()
 	}
 	l.mu.Unlock()
@@ -283,41 +287,48 @@ func (l *lane) work(wg *sync.WaitGroup) {
 // queue before most callers are back (measured with 64 goroutines on one
 // master 500us away: half the callers missed each batch, and a lock call
 // took two round trips). So a lane whose callers come back for their next
-// request (waitCallers: a Client of one standalone master, where a call
-// needs no other master's answer) parks until as many more requests are
-// queued as it just delivered, or until a quarter of the batch's round
-// trip (at most gatherMax) has passed. Callers that do not come back
-// in time (they work between their requests) would make every batch wait
-// that long: after a wait that ran out with fewer than half of them back,
-// the next noWaitBatches batches go out after a yield only.
+// request (waitCallers: a Client of one master that is a *redis.Client,
+// where a call needs no other master's answer) parks until they are all
+// back, for at most a quarter of the batch's round trip (and gatherMax),
+// and less when a queued request's deadline is near. Callers that work
+// between their requests (a lock held, a handler that releases and
+// leaves) would make every batch wait that long for nobody: after a wait
+// that ran out with fewer than three quarters of them back, the next
+// noWaitBatches batches go out after a yield only. (With more back, a wait
+// that runs out costs at most its quarter round trip, and gains the
+// batch those callers make.)
 func (l *lane) gather(delivered int, took time.Duration) {
 	l.mu.Lock()
-	l.stalled = notStalled
 	wait := min(took/4, l.waitMax)
-	if !l.waitCallers || l.noWait > 0 || l.closed || wait <= 0 {
+	for _, r := range l.queue { // a queued request must still go out in time
+		wait = min(wait, time.Until(r.deadline)/2)
+	}
+	if !l.waitCallers || l.closed || l.noWait > 0 || wait <= 0 || len(l.queue) >= l.missed+delivered {
 		l.noWait = max(0, l.noWait-1)
 		l.mu.Unlock()
 		runtime.Gosched()
 		return
 	}
 	l.want, l.gathering = l.missed+delivered, true
-	l.waits++
+	l.until, l.slack = time.Now().Add(wait), wait
 	l.gatherGen++
 	gen := l.gatherGen
-	// A timer of its own: a late one of an earlier gather must not end it.
+	// A timer of its own: a late one of an earlier wait must not end it.
 	l.gatherEnd = time.AfterFunc(wait, func() {
 		l.mu.Lock()
 		if l.gathering && l.gatherGen == gen {
 			l.gathering = false
+			l.ranOut++
+			back := len(l.queue) - l.missed
+			if back*4 < delivered*3 {
+				l.noWait = noWaitBatches // many do other work first
+			}
 			l.cond.Signal()
 		}
 		l.mu.Unlock()
 	})
-	for l.gathering && len(l.queue) < l.want && !l.closed {
+	for l.gathering && !l.closed {
 		l.cond.Wait()
-	}
-	if back := len(l.queue) - l.missed; back < delivered/2 && !l.closed {
-		l.noWait = noWaitBatches // ran out: most callers do other work first
 	}
 	l.gathering = false
 	l.gatherEnd.Stop()
@@ -325,10 +336,10 @@ func (l *lane) gather(delivered int, took time.Duration) {
 }
 
 // gatherMax bounds a gather's wait; noWaitBatches is how many batches go
-// out without one after a wait that ran out.
+// out without one after a wait ran out.
 const (
 	gatherMax     = 400 * time.Microsecond
-	noWaitBatches = 16
+	noWaitBatches = 8
 )
 
 // notStalled is a stall point no lane reaches.
@@ -397,11 +408,13 @@ func (l *lane) run(batch []*request) {
 	}
 	clear(live)
 	l.live = live[:0]
-	if l.waitCallers {
-		l.mu.Lock()
-		l.missed = len(l.queue) // before the callers of this batch are back
-		l.mu.Unlock()
-	}
+	// The master has answered: a caller answered first may send its next
+	// request before the rest are delivered, and must not find the lane
+	// stalled.
+	l.mu.Lock()
+	l.stalled = notStalled
+	l.missed = len(l.queue) // before the callers of this batch are back
+	l.mu.Unlock()
 	for _, r := range batch {
 		l.deliver(r)
 	}

@@ -510,7 +510,7 @@ func TestLaneWaitsForItsCallers(t *testing.T) {
 	tl.lane.mu.Lock()
 	tl.waitCallers = true
 	tl.lane.mu.Unlock()
-	const callers, rounds = 8, 40
+	const callers, rounds = 8, 80
 	var wg sync.WaitGroup
 	var left atomic.Int64
 	left.Store(callers * rounds)
@@ -538,23 +538,24 @@ func TestLaneWaitsForItsCallers(t *testing.T) {
 	tl.t.mu.Lock()
 	sizes := slices.Clone(tl.t.sizes)
 	tl.t.mu.Unlock()
-	// Ideally one batch per round (the first may go out before every
-	// caller queued its first request).
-	if len(sizes) > rounds+rounds/4 {
-		t.Fatalf("%d callers' %d rounds took %d batches, want at most %d: %v", callers, rounds, len(sizes), rounds+rounds/4, sizes)
+	// Ideally one batch per round; a yield alone takes about two (measured:
+	// 74-79 of 40 rounds). A straggler (this machine is busy, -race) makes
+	// a wait run out now and then, and the lane pauses its waits.
+	if len(sizes) > rounds*3/2 {
+		t.Fatalf("%d callers' %d rounds took %d batches, want at most %d: %v", callers, rounds, len(sizes), rounds*3/2, sizes)
 	}
 }
 
 // TestLaneStopsWaitingForCallersThatDoNotReturn: callers that do not come
-// back make a wait run out; the lane then sends the next batches without
-// waiting, and tries again later.
+// back make a wait run out; the lane then expects fewer back, sends the next
+// batches without waiting, and tries again later.
 func TestLaneStopsWaitingForCallersThatDoNotReturn(t *testing.T) {
 	tl := newTestLane(t)
 	tl.t.delay = time.Millisecond
 	tl.lane.mu.Lock()
 	tl.waitCallers = true
 	tl.lane.mu.Unlock()
-	const waves = 2 * (noWaitBatches + 1)
+	const waves = 34
 	for w := range waves {
 		entered, release := tl.t.blockNext()
 		tl.send(tl.req(fmt.Sprint("block", w), time.Minute), false)
@@ -563,16 +564,14 @@ func TestLaneStopsWaitingForCallersThatDoNotReturn(t *testing.T) {
 		tl.send(tl.req(fmt.Sprint("b", w), time.Minute), false)
 		release()
 		tl.await(t, 3*(w+1))
-		// Delivered before the worker's gather ends: the next wave's first
-		// request, sent now, would count as a caller come back.
 		parked(tl.lane)
 	}
 	tl.lane.mu.Lock()
-	waits := tl.waits
+	ranOut := tl.ranOut
 	tl.lane.mu.Unlock()
-	// Each wave's batch of two finds nobody back: without the pause after
-	// a wait that ran out, every wave would wait once.
-	if waits < 2 || waits > waves/4 {
-		t.Fatalf("the lane waited after %d of %d batches whose callers did not come back, want 2 to %d: one wait, then %d batches without, then again", waits, waves, waves/4, noWaitBatches)
+	// Without expecting fewer back after a wait ran out, every wave's
+	// batch of two would wait out its timer.
+	if ranOut < 2 || ranOut > waves/4 {
+		t.Fatalf("%d of %d waves' batches whose callers did not come back waited out the timer, want 2 to %d: once, then none until the lane tries again", ranOut, waves, waves/4)
 	}
 }

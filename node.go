@@ -104,9 +104,9 @@ func (n *node) newLane() *lane {
 	t := &redisTransport{rdb: n.rdb, std: std, fresh: std == nil || !commandsAlias(), node: n, idle: connIdle}
 	l := newLane(t, n.deliver)
 	l.budget = n.budget
-	// A caller of a Client of one standalone master needs no other
-	// master's answer to send its next request: the lane may wait for
-	// them (lane.gather).
+	// A caller of a Client of one master needs no other master's answer
+	// to send its next request: the lane may wait for them (lane.gather).
+	// Not on a Cluster, whose callers' next keys go to other shards.
 	l.waitCallers = n.one && std != nil
 	n.wg.Add(1)
 	go l.work(n.wg)

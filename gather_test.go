@@ -3,7 +3,6 @@ package redlock
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,8 +10,8 @@ import (
 	"time"
 )
 
-// Adversarial tests of the lane's gather by waiting (lane.gather with
-// waitCallers).
+// The lane's gather by waiting for its callers (lane.gather with
+// waitCallers), at its edges.
 
 // hookTransport is a fakeTransport that runs onExec (on the lane's runner,
 // before the batch is sent) for every batch.
@@ -42,8 +41,7 @@ func newWaitingLane(t *testing.T, waitMax time.Duration, onExec func(tl *testLan
 		tl.delivered[k] = append(tl.delivered[k], r.err)
 		tl.mu.Unlock()
 	})
-	// REVIEW_OLD_GATHER=1: the lane as before 8cdae78 (a yield only).
-	tl.waitCallers, tl.waitMax = os.Getenv("REVIEW_OLD_GATHER") == "", waitMax
+	tl.waitCallers, tl.waitMax = true, waitMax
 	tl.wg.Add(1)
 	go tl.work(&tl.wg)
 	t.Cleanup(func() {
@@ -179,6 +177,7 @@ func TestGatherDoesNotWaitOutEveryBatch(t *testing.T) {
 	tl.t.delay = 4 * time.Millisecond // a wait: 1ms
 	var loop atomic.Int64
 	const rounds = 40
+	tl.lane.mu.Lock() // the worker reads deliver after taking it
 	tl.lane.deliver = func(r *request) {
 		tl.mu.Lock()
 		k := r.key.(string)
@@ -188,13 +187,14 @@ func TestGatherDoesNotWaitOutEveryBatch(t *testing.T) {
 			go tl.send(tl.req(fmt.Sprint("A", loop.Load()), time.Minute), false)
 		}
 	}
+	tl.lane.mu.Unlock()
 	tl.send(tl.req("A0", time.Minute), false)
 	tl.await(t, rounds)
 	for loop.Load() < rounds {
 		time.Sleep(time.Millisecond)
 	}
 	tl.lane.mu.Lock()
-	waits := tl.waits
+	waits := tl.ranOut
 	tl.lane.mu.Unlock()
 	// Each batch is [A, other]; A is back within microseconds, other is
 	// nobody's. A wait that gains nothing should not repeat every batch.
@@ -215,6 +215,7 @@ func TestGatherOpenLoopHandlers(t *testing.T) {
 	var wg sync.WaitGroup
 	var began sync.Map
 	var total atomic.Int64
+	tl.lane.mu.Lock() // the worker reads deliver after taking it
 	tl.lane.deliver = func(r *request) {
 		tl.mu.Lock()
 		k := r.key.(string)
@@ -228,16 +229,17 @@ func TestGatherOpenLoopHandlers(t *testing.T) {
 			wg.Go(func() { tl.send(tl.req("R"+k[1:], time.Minute), false) })
 		}
 	}
+	tl.lane.mu.Unlock()
 	const handlers = 400
 	for i := range handlers { // one every 250us: ~16 a round trip
 		began.Store(fmt.Sprint(i), time.Now())
 		tl.send(tl.req(fmt.Sprint("O", i), time.Minute), false)
 		time.Sleep(250 * time.Microsecond)
 	}
+	tl.await(t, 2*handlers) // every obtain delivered: no wg.Go after it
 	wg.Wait()
-	tl.await(t, 2*handlers)
 	tl.lane.mu.Lock()
-	waits := tl.waits
+	waits := tl.ranOut
 	tl.lane.mu.Unlock()
 	tl.t.mu.Lock()
 	batches := len(tl.t.sizes)
@@ -265,6 +267,7 @@ func TestGatherEndsOnceItsCallersAreBack(t *testing.T) {
 	var left atomic.Int64
 	left.Store(2 * rounds)
 	done := make(chan struct{})
+	tl.lane.mu.Lock() // the worker reads deliver after taking it
 	tl.lane.deliver = func(r *request) {
 		var c, n int
 		fmt.Sscanf(r.key.(string), "c%d-%d", &c, &n)
@@ -275,6 +278,7 @@ func TestGatherEndsOnceItsCallersAreBack(t *testing.T) {
 			go tl.send(tl.req(fmt.Sprintf("c%d-%d", c, n+1), time.Minute), false)
 		}
 	}
+	tl.lane.mu.Unlock()
 	entered, release := tl.t.blockNext()
 	tl.send(tl.req("block", time.Minute), false)
 	<-entered
@@ -299,10 +303,10 @@ func TestGatherEndsOnceItsCallersAreBack(t *testing.T) {
 // its next request while the worker still delivers the rest of the batch,
 // before gather clears the stall point: it must queue, not fail as
 // stalled. (Here the caller sends from deliver itself: the same
-// interleaving, made certain. Not new in 8cdae78: the window is between
-// run's delivering and gather's lock.)
+// interleaving, made certain.)
 func TestLaneDoesNotStallWhileDelivering(t *testing.T) {
 	tl := newTestLane(t)
+	tl.lane.mu.Lock() // the worker reads deliver after taking it
 	tl.lane.deliver = func(r *request) {
 		k := r.key.(string)
 		tl.mu.Lock()
@@ -312,6 +316,7 @@ func TestLaneDoesNotStallWhileDelivering(t *testing.T) {
 			tl.send(tl.req("afterslow1", time.Minute), false)
 		}
 	}
+	tl.lane.mu.Unlock()
 	entered, release := tl.t.blockNext()
 	tl.send(tl.req("slow1", 20*time.Millisecond), false)
 	tl.send(tl.req("slow2", 20*time.Millisecond), false)
