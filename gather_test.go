@@ -30,25 +30,13 @@ func (h *hookTransport) exec(batch []*request, now time.Time) {
 // newWaitingLane is newTestLane with waitCallers set, waitMax as given, and
 // onExec hooked, set before the worker starts.
 func newWaitingLane(t *testing.T, waitMax time.Duration, onExec func(tl *testLane, batch []*request)) *testLane {
-	tl := &testLane{t: &fakeTransport{}, delivered: map[string][]error{}}
-	h := &hookTransport{fakeTransport: tl.t}
-	if onExec != nil {
-		h.onExec = func(b []*request) { onExec(tl, b) }
-	}
-	tl.lane = newLane(h, func(r *request) {
-		tl.mu.Lock()
-		k := r.key.(string)
-		tl.delivered[k] = append(tl.delivered[k], r.err)
-		tl.mu.Unlock()
-	})
-	tl.waitCallers, tl.waitMax = true, waitMax
-	tl.wg.Add(1)
-	go tl.work(&tl.wg)
-	t.Cleanup(func() {
-		tl.close()
-		tl.wg.Wait()
-	})
-	return tl
+	return startTestLane(t, func(tl *testLane, f *fakeTransport) transport {
+		h := &hookTransport{fakeTransport: f}
+		if onExec != nil {
+			h.onExec = func(b []*request) { onExec(tl, b) }
+		}
+		return h
+	}, func(tl *testLane) { tl.waitCallers, tl.waitMax = true, waitMax })
 }
 
 func (tl *testLane) errsOf(k string) []error {
@@ -179,10 +167,8 @@ func TestGatherDoesNotWaitOutEveryBatch(t *testing.T) {
 	const rounds = 40
 	tl.lane.mu.Lock() // the worker reads deliver after taking it
 	tl.lane.deliver = func(r *request) {
-		tl.mu.Lock()
+		tl.record(r)
 		k := r.key.(string)
-		tl.delivered[k] = append(tl.delivered[k], r.err)
-		tl.mu.Unlock()
 		if k[0] == 'A' && loop.Add(1) < rounds { // the caller that comes back at once
 			go tl.send(tl.req(fmt.Sprint("A", loop.Load()), time.Minute), false)
 		}
@@ -217,10 +203,8 @@ func TestGatherOpenLoopHandlers(t *testing.T) {
 	var total atomic.Int64
 	tl.lane.mu.Lock() // the worker reads deliver after taking it
 	tl.lane.deliver = func(r *request) {
-		tl.mu.Lock()
+		tl.record(r)
 		k := r.key.(string)
-		tl.delivered[k] = append(tl.delivered[k], r.err)
-		tl.mu.Unlock()
 		if k[0] == 'R' {
 			b, _ := began.Load(k[1:])
 			total.Add(int64(time.Since(b.(time.Time))))
@@ -264,28 +248,14 @@ func TestGatherEndsOnceItsCallersAreBack(t *testing.T) {
 	})
 	const delay, rounds = 40 * time.Millisecond, 8 // a wait: 10ms
 	tl.t.delay = delay
-	var left atomic.Int64
-	left.Store(2 * rounds)
-	done := make(chan struct{})
-	tl.lane.mu.Lock() // the worker reads deliver after taking it
-	tl.lane.deliver = func(r *request) {
-		var c, n int
-		fmt.Sscanf(r.key.(string), "c%d-%d", &c, &n)
-		if left.Add(-1) == 0 {
-			close(done)
-		}
-		if n+1 < rounds {
-			go tl.send(tl.req(fmt.Sprintf("c%d-%d", c, n+1), time.Minute), false)
-		}
-	}
-	tl.lane.mu.Unlock()
+	wait := loopCallers(tl, 2, rounds, func() {})
 	entered, release := tl.t.blockNext()
 	tl.send(tl.req("block", time.Minute), false)
 	<-entered
 	tl.send(tl.req("c0-0", time.Minute), false)
 	tl.send(tl.req("c1-0", time.Minute), false)
 	release()
-	<-done
+	wait()
 	mu.Lock()
 	defer mu.Unlock()
 	var gaps []time.Duration
@@ -308,10 +278,8 @@ func TestLaneDoesNotStallWhileDelivering(t *testing.T) {
 	tl := newTestLane(t)
 	tl.lane.mu.Lock() // the worker reads deliver after taking it
 	tl.lane.deliver = func(r *request) {
+		tl.record(r)
 		k := r.key.(string)
-		tl.mu.Lock()
-		tl.delivered[k] = append(tl.delivered[k], r.err)
-		tl.mu.Unlock()
 		if k == "slow1" {
 			tl.send(tl.req("afterslow1", time.Minute), false)
 		}

@@ -103,13 +103,21 @@ type testLane struct {
 }
 
 func newTestLane(t *testing.T) *testLane {
+	return startTestLane(t, nil, nil)
+}
+
+// startTestLane is newTestLane whose transport is wrap's (nil: the fake
+// itself), with setup run before the worker starts.
+func startTestLane(t *testing.T, wrap func(*testLane, *fakeTransport) transport, setup func(*testLane)) *testLane {
 	tl := &testLane{t: &fakeTransport{}, delivered: map[string][]error{}}
-	tl.lane = newLane(tl.t, func(r *request) {
-		tl.mu.Lock()
-		k := r.key.(string)
-		tl.delivered[k] = append(tl.delivered[k], r.err)
-		tl.mu.Unlock()
-	})
+	var tr transport = tl.t
+	if wrap != nil {
+		tr = wrap(tl, tl.t)
+	}
+	tl.lane = newLane(tr, tl.record)
+	if setup != nil {
+		setup(tl)
+	}
 	tl.wg.Add(1)
 	go tl.work(&tl.wg)
 	t.Cleanup(func() {
@@ -117,6 +125,14 @@ func newTestLane(t *testing.T) *testLane {
 		tl.wg.Wait()
 	})
 	return tl
+}
+
+// record notes what was delivered for r's key.
+func (tl *testLane) record(r *request) {
+	tl.mu.Lock()
+	k := r.key.(string)
+	tl.delivered[k] = append(tl.delivered[k], r.err)
+	tl.mu.Unlock()
 }
 
 func (tl *testLane) req(key string, timeout time.Duration) *request {
@@ -251,10 +267,8 @@ func TestLaneDoesNotStallWhileGathering(t *testing.T) {
 	tl := newTestLane(t)
 	var wg sync.WaitGroup
 	tl.lane.deliver = func(r *request) {
+		tl.record(r)
 		k := r.key.(string)
-		tl.mu.Lock()
-		tl.delivered[k] = append(tl.delivered[k], r.err)
-		tl.mu.Unlock()
 		if strings.HasPrefix(k, "slow") {
 			wg.Go(func() { tl.send(tl.req("after"+k, time.Minute), false) })
 		}
@@ -511,30 +525,15 @@ func TestLaneWaitsForItsCallers(t *testing.T) {
 	tl.waitCallers = true
 	tl.lane.mu.Unlock()
 	const callers, rounds = 8, 80
-	var wg sync.WaitGroup
-	var left atomic.Int64
-	left.Store(callers * rounds)
-	done := make(chan struct{})
-	tl.lane.deliver = func(r *request) {
-		var c, n int
-		fmt.Sscanf(r.key.(string), "c%d-%d", &c, &n)
-		if left.Add(-1) == 0 {
-			close(done)
+	wait := loopCallers(tl, callers, rounds, func() { // a caller works a moment first
+		for range 10 {
+			runtime.Gosched()
 		}
-		if n+1 < rounds {
-			wg.Go(func() { // woken by its reply, it works a moment first
-				for range 10 {
-					runtime.Gosched()
-				}
-				tl.send(tl.req(fmt.Sprintf("c%d-%d", c, n+1), time.Minute), false)
-			})
-		}
-	}
+	})
 	for c := range callers {
 		tl.send(tl.req(fmt.Sprintf("c%d-0", c), time.Minute), false)
 	}
-	<-done
-	wg.Wait()
+	wait()
 	tl.t.mu.Lock()
 	sizes := slices.Clone(tl.t.sizes)
 	tl.t.mu.Unlock()
@@ -543,6 +542,38 @@ func TestLaneWaitsForItsCallers(t *testing.T) {
 	// a wait run out now and then, and the lane pauses its waits.
 	if len(sizes) > rounds*3/2 {
 		t.Fatalf("%d callers' %d rounds took %d batches, want at most %d: %v", callers, rounds, len(sizes), rounds*3/2, sizes)
+	}
+}
+
+// loopCallers makes tl's delivery send, for every request c<i>-<n> of the
+// callers callers, c<i>-<n+1> after work, up to rounds requests each. The
+// test sends each caller's first request; wait returns once every one was
+// delivered.
+func loopCallers(tl *testLane, callers, rounds int, work func()) (wait func()) {
+	var wg sync.WaitGroup
+	var left atomic.Int64
+	left.Store(int64(callers * rounds))
+	done := make(chan struct{})
+	tl.lane.mu.Lock() // the worker reads deliver after taking it
+	tl.lane.deliver = func(r *request) {
+		var c, n int
+		if k, _ := fmt.Sscanf(r.key.(string), "c%d-%d", &c, &n); k != 2 {
+			return // not a caller's
+		}
+		if left.Add(-1) == 0 {
+			close(done)
+		}
+		if n+1 < rounds {
+			wg.Go(func() {
+				work()
+				tl.send(tl.req(fmt.Sprintf("c%d-%d", c, n+1), time.Minute), false)
+			})
+		}
+	}
+	tl.lane.mu.Unlock()
+	return func() {
+		<-done
+		wg.Wait()
 	}
 }
 
