@@ -349,3 +349,95 @@ func TestGatherCloseAtAnyMoment(t *testing.T) {
 		}
 	}
 }
+
+// TestGatherThreeBackOfFourDoNotHoldEveryBatch: three closed-loop
+// callers come back within microseconds; every batch also carries one
+// request nobody comes back from (a trickle of other traffic: an open-loop
+// handler's release, an undo, a refresh). Each wait then runs out (want =
+// missed+4 is never reached) with 3/4 back; the rest must not hold every
+// batch for the full quarter round trip.
+func TestGatherThreeBackOfFourDoNotHoldEveryBatch(t *testing.T) {
+	var n atomic.Int64
+	tl := newWaitingLane(t, time.Hour, func(tl *testLane, b []*request) {
+		go tl.send(tl.req(fmt.Sprint("other-", n.Add(1)), time.Minute), false)
+	})
+	tl.t.delay = 4 * time.Millisecond // a wait: 1ms
+	const callers, rounds = 3, 40
+	var left atomic.Int64
+	left.Store(callers * rounds)
+	done := make(chan struct{})
+	tl.lane.mu.Lock()
+	tl.lane.deliver = func(r *request) {
+		var c, i int
+		if _, err := fmt.Sscanf(r.key.(string), "c%d-%d", &c, &i); err != nil {
+			return // other
+		}
+		if left.Add(-1) == 0 {
+			close(done)
+		}
+		if i+1 < rounds {
+			go tl.send(tl.req(fmt.Sprintf("c%d-%d", c, i+1), time.Minute), false)
+		}
+	}
+	tl.lane.mu.Unlock()
+	for c := range callers {
+		tl.send(tl.req(fmt.Sprintf("c%d-0", c), time.Minute), false)
+	}
+	<-done
+	tl.lane.mu.Lock()
+	ranOut := tl.ranOut
+	tl.lane.mu.Unlock()
+	if ranOut > rounds/2 {
+		t.Fatalf("the lane waited out its timer on %d of ~%d batches whose callers were all back within microseconds", ranOut, rounds)
+	}
+}
+
+// TestGatherShortDeadlinesRaceTheTimer: requests whose deadlines end
+// waits early (trySend) race the wait's timer and Close, on lanes whose
+// callers come back; every request is delivered exactly once and every
+// worker exits.
+func TestGatherShortDeadlinesRaceTheTimer(t *testing.T) {
+	for i := range 150 {
+		tl := &testLane{t: &fakeTransport{delay: time.Duration(rand.IntN(400)) * time.Microsecond}, delivered: map[string][]error{}}
+		var senders sync.WaitGroup
+		const callers, each = 6, 25
+		tl.lane = newLane(tl.t, tl.record)
+		tl.waitCallers, tl.waitMax = true, time.Duration(rand.IntN(3000))*time.Microsecond
+		tl.wg.Add(1)
+		go tl.work(&tl.wg)
+		for c := range callers {
+			senders.Go(func() {
+				for j := range each {
+					d := time.Minute
+					if rand.IntN(2) == 0 {
+						d = time.Duration(rand.IntN(2000)) * time.Microsecond
+					}
+					tl.send(tl.req(fmt.Sprint(c, "-", j), d), (c+j)%3 == 0)
+					time.Sleep(time.Duration(rand.IntN(150)) * time.Microsecond)
+				}
+			})
+		}
+		time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+		tl.close()
+		done := make(chan struct{})
+		go func() { tl.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("run %d: the worker did not exit after close", i)
+		}
+		senders.Wait()
+		tl.mu.Lock()
+		got := 0
+		for k, errs := range tl.delivered {
+			got += len(errs)
+			if len(errs) != 1 {
+				t.Fatalf("run %d: %s delivered %d times: %v", i, k, len(errs), errs)
+			}
+		}
+		tl.mu.Unlock()
+		if got != callers*each {
+			t.Fatalf("run %d: %d of %d requests delivered", i, got, callers*each)
+		}
+	}
+}

@@ -90,7 +90,10 @@ type lane struct {
 	missed      int           // requests queued while the last batch was out
 	noWait      int           // batches to send before the lane waits again
 	want        int           // the worker waits until the queue holds this many
+	delivered   int           // of the batch the worker waits after
 	gathering   bool          // the worker waits
+	tail        bool          // three quarters are back: the wait was cut to its tail
+	capped      bool          // a queued request's deadline shortened the wait
 	until       time.Time     // when the wait ends at the latest
 	slack       time.Duration // a request due before until+slack ends it
 	gatherEnd   *time.Timer
@@ -167,6 +170,15 @@ func (l *lane) trySend(r *request, inline bool) bool {
 		// Its callers are back, or a request could not wait for them.
 		l.gathering = false
 		l.cond.Signal()
+	case l.gathering && !l.tail && (len(l.queue)-l.missed)*4 >= l.delivered*3:
+		// Most are back: the rest, if they come, have an eighth of the
+		// wait (a request nobody sends again after must not hold every
+		// batch for the whole of it).
+		l.tail = true
+		if tail := l.slack / 8; time.Until(l.until) > tail {
+			l.until = time.Now().Add(tail)
+			l.gatherEnd.Reset(tail)
+		}
 	}
 	l.mu.Unlock()
 	return true
@@ -292,16 +304,16 @@ func (l *lane) work(wg *sync.WaitGroup) {
 // back, for at most a quarter of the batch's round trip (and gatherMax),
 // and less when a queued request's deadline is near. Callers that work
 // between their requests (a lock held, a handler that releases and
-// leaves) would make every batch wait that long for nobody: after a wait
-// that ran out with fewer than three quarters of them back, the next
-// noWaitBatches batches go out after a yield only. (With more back, a wait
-// that runs out costs at most its quarter round trip, and gains the
-// batch those callers make.)
+// leaves) would make every batch wait that long for nobody: once three
+// quarters are back the rest get an eighth of the wait, and after a wait
+// that ran out with fewer than three quarters back the next noWaitBatches
+// batches go out after a yield only.
 func (l *lane) gather(delivered int, took time.Duration) {
 	l.mu.Lock()
-	wait := min(took/4, l.waitMax)
+	full := min(took/4, l.waitMax)
+	wait, now := full, time.Now()
 	for _, r := range l.queue { // a queued request must still go out in time
-		wait = min(wait, time.Until(r.deadline)/2)
+		wait = min(wait, r.deadline.Sub(now)/2)
 	}
 	if !l.waitCallers || l.closed || l.noWait > 0 || wait <= 0 || len(l.queue) >= l.missed+delivered {
 		l.noWait = max(0, l.noWait-1)
@@ -309,8 +321,9 @@ func (l *lane) gather(delivered int, took time.Duration) {
 		runtime.Gosched()
 		return
 	}
-	l.want, l.gathering = l.missed+delivered, true
-	l.until, l.slack = time.Now().Add(wait), wait
+	l.want, l.delivered, l.gathering = l.missed+delivered, delivered, true
+	l.tail, l.capped = false, wait < full
+	l.until, l.slack = now.Add(wait), wait
 	l.gatherGen++
 	gen := l.gatherGen
 	// A timer of its own: a late one of an earlier wait must not end it.
@@ -318,10 +331,13 @@ func (l *lane) gather(delivered int, took time.Duration) {
 		l.mu.Lock()
 		if l.gathering && l.gatherGen == gen {
 			l.gathering = false
-			l.ranOut++
-			back := len(l.queue) - l.missed
-			if back*4 < delivered*3 {
-				l.noWait = noWaitBatches // many do other work first
+			if !l.tail {
+				l.ranOut++
+				// Judged only on a wait of its full length: one a deadline
+				// cut short says nothing of the callers.
+				if back := len(l.queue) - l.missed; back*4 < delivered*3 && !l.capped {
+					l.noWait = noWaitBatches // many do other work first
+				}
 			}
 			l.cond.Signal()
 		}
