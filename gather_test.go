@@ -302,51 +302,56 @@ func TestLaneDoesNotStallWhileDelivering(t *testing.T) {
 // every request is delivered exactly once.
 func TestGatherCloseAtAnyMoment(t *testing.T) {
 	for i := range 200 {
-		tl := &testLane{t: &fakeTransport{delay: 50 * time.Microsecond}, delivered: map[string][]error{}}
-		tl.lane = newLane(tl.t, func(r *request) {
-			tl.mu.Lock()
-			k := r.key.(string)
-			tl.delivered[k] = append(tl.delivered[k], r.err)
-			tl.mu.Unlock()
-		})
-		tl.waitCallers, tl.waitMax = true, time.Duration(rand.IntN(3000))*time.Microsecond
-		tl.wg.Add(1)
-		go tl.work(&tl.wg)
-		var senders sync.WaitGroup
-		const each = 30
-		for c := range 4 {
-			senders.Go(func() {
-				for j := range each {
-					tl.send(tl.req(fmt.Sprint(c, "-", j), time.Minute), (c+j)%2 == 0)
-					if rand.IntN(3) == 0 {
-						time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
-					}
-				}
-			})
-		}
-		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
-		tl.close()
-		done := make(chan struct{})
-		go func() { tl.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("run %d: the worker did not exit after close", i)
-		}
-		senders.Wait()
-		tl.mu.Lock()
-		got := 0
-		for k, errs := range tl.delivered {
-			got += len(errs)
-			if len(errs) != 1 {
-				t.Fatalf("run %d: %s delivered %d times: %v", i, k, len(errs), errs)
+		closeWhileSending(t, i, 50*time.Microsecond, 2000*time.Microsecond, 4, 30, func(tl *testLane, c, j int) {
+			tl.send(tl.req(fmt.Sprint(c, "-", j), time.Minute), (c+j)%2 == 0)
+			if rand.IntN(3) == 0 {
+				time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
 			}
+		})
+	}
+}
+
+// closeWhileSending runs a lane that waits for its callers (a random wait
+// of up to 3ms, each batch taking delay), has callers goroutines call send
+// each times, closes the lane after a random time of up to before, and
+// checks that its worker exits and that every request was delivered once
+// (one refused after the close is failed with ErrClosed by send: delivered
+// too).
+func closeWhileSending(t *testing.T, run int, delay, before time.Duration, callers, each int, send func(tl *testLane, c, j int)) {
+	t.Helper()
+	tl := startTestLane(t, nil, func(tl *testLane) {
+		tl.t.delay = delay
+		tl.waitCallers, tl.waitMax = true, time.Duration(rand.IntN(3000))*time.Microsecond
+	})
+	var senders sync.WaitGroup
+	for c := range callers {
+		senders.Go(func() {
+			for j := range each {
+				send(tl, c, j)
+			}
+		})
+	}
+	time.Sleep(time.Duration(rand.Int64N(int64(before))))
+	tl.close()
+	done := make(chan struct{})
+	go func() { tl.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("run %d: the worker did not exit after close", run)
+	}
+	senders.Wait()
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	got := 0
+	for k, errs := range tl.delivered {
+		got += len(errs)
+		if len(errs) != 1 {
+			t.Fatalf("run %d: %s delivered %d times: %v", run, k, len(errs), errs)
 		}
-		tl.mu.Unlock()
-		// refused after close, a request is failed with ErrClosed by send: delivered too
-		if got != 4*each {
-			t.Fatalf("run %d: %d of %d requests delivered", i, got, 4*each)
-		}
+	}
+	if got != callers*each {
+		t.Fatalf("run %d: %d of %d requests delivered", run, got, callers*each)
 	}
 }
 
@@ -363,27 +368,11 @@ func TestGatherThreeBackOfFourDoNotHoldEveryBatch(t *testing.T) {
 	})
 	tl.t.delay = 4 * time.Millisecond // a wait: 1ms
 	const callers, rounds = 3, 40
-	var left atomic.Int64
-	left.Store(callers * rounds)
-	done := make(chan struct{})
-	tl.lane.mu.Lock()
-	tl.lane.deliver = func(r *request) {
-		var c, i int
-		if _, err := fmt.Sscanf(r.key.(string), "c%d-%d", &c, &i); err != nil {
-			return // other
-		}
-		if left.Add(-1) == 0 {
-			close(done)
-		}
-		if i+1 < rounds {
-			go tl.send(tl.req(fmt.Sprintf("c%d-%d", c, i+1), time.Minute), false)
-		}
-	}
-	tl.lane.mu.Unlock()
+	wait := loopCallers(tl, callers, rounds, func() {})
 	for c := range callers {
 		tl.send(tl.req(fmt.Sprintf("c%d-0", c), time.Minute), false)
 	}
-	<-done
+	wait()
 	tl.lane.mu.Lock()
 	ranOut := tl.ranOut
 	tl.lane.mu.Unlock()
@@ -398,46 +387,14 @@ func TestGatherThreeBackOfFourDoNotHoldEveryBatch(t *testing.T) {
 // worker exits.
 func TestGatherShortDeadlinesRaceTheTimer(t *testing.T) {
 	for i := range 150 {
-		tl := &testLane{t: &fakeTransport{delay: time.Duration(rand.IntN(400)) * time.Microsecond}, delivered: map[string][]error{}}
-		var senders sync.WaitGroup
-		const callers, each = 6, 25
-		tl.lane = newLane(tl.t, tl.record)
-		tl.waitCallers, tl.waitMax = true, time.Duration(rand.IntN(3000))*time.Microsecond
-		tl.wg.Add(1)
-		go tl.work(&tl.wg)
-		for c := range callers {
-			senders.Go(func() {
-				for j := range each {
-					d := time.Minute
-					if rand.IntN(2) == 0 {
-						d = time.Duration(rand.IntN(2000)) * time.Microsecond
-					}
-					tl.send(tl.req(fmt.Sprint(c, "-", j), d), (c+j)%3 == 0)
-					time.Sleep(time.Duration(rand.IntN(150)) * time.Microsecond)
-				}
-			})
-		}
-		time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
-		tl.close()
-		done := make(chan struct{})
-		go func() { tl.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("run %d: the worker did not exit after close", i)
-		}
-		senders.Wait()
-		tl.mu.Lock()
-		got := 0
-		for k, errs := range tl.delivered {
-			got += len(errs)
-			if len(errs) != 1 {
-				t.Fatalf("run %d: %s delivered %d times: %v", i, k, len(errs), errs)
+		delay := time.Duration(rand.IntN(400)) * time.Microsecond
+		closeWhileSending(t, i, delay, 4000*time.Microsecond, 6, 25, func(tl *testLane, c, j int) {
+			d := time.Minute
+			if rand.IntN(2) == 0 {
+				d = time.Duration(rand.IntN(2000)) * time.Microsecond
 			}
-		}
-		tl.mu.Unlock()
-		if got != callers*each {
-			t.Fatalf("run %d: %d of %d requests delivered", i, got, callers*each)
-		}
+			tl.send(tl.req(fmt.Sprint(c, "-", j), d), (c+j)%3 == 0)
+			time.Sleep(time.Duration(rand.IntN(150)) * time.Microsecond)
+		})
 	}
 }

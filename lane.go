@@ -22,11 +22,15 @@ import (
 //   - The callers of a batch just delivered queue their next requests before
 //     the worker takes the queue, so they go out together (gather); the
 //     lane is not stalled meanwhile. On a lane whose callers come back
-//     (a Client of one standalone master), the worker waits for them, for
-//     at most a quarter of the batch's round trip; once they did not come
-//     back in time, it stops waiting for a while. (TestLaneGathersTheNextWave,
-//     TestLaneWaitsForItsCallers, TestLaneStopsWaitingForCallersThatDoNotReturn,
-//     TestLaneDoesNotStallWhileGathering)
+//     (a Client of one master), the worker waits for them, for at most a
+//     quarter of the batch's round trip and never past a queued request's
+//     deadline; once most are back the rest get an eighth of that, and once
+//     many did not come back in time it stops waiting for a while.
+//     (TestLaneGathersTheNextWave, TestLaneWaitsForItsCallers,
+//     TestLaneStopsWaitingForCallersThatDoNotReturn,
+//     TestGatherThreeBackOfFourDoNotHoldEveryBatch,
+//     TestGatherDoesNotHoldAQueuedRequestPastItsDeadline,
+//     TestLaneDoesNotStallWhileGathering, TestLaneDoesNotStallWhileDelivering)
 //   - Each request is delivered exactly once, by the lane, after the
 //     transport returned or panicked; the transport only sets replies.
 //     (TestLaneDeliversEachRequestOnce, TestLaneSurvivesTransportPanic)
@@ -89,8 +93,7 @@ type lane struct {
 	waitMax     time.Duration // gatherMax; longer in tests
 	missed      int           // requests queued while the last batch was out
 	noWait      int           // batches to send before the lane waits again
-	want        int           // the worker waits until the queue holds this many
-	delivered   int           // of the batch the worker waits after
+	delivered   int           // of the batch the worker waits after: it waits until missed+delivered are queued
 	gathering   bool          // the worker waits
 	tail        bool          // three quarters are back: the wait was cut to its tail
 	capped      bool          // a queued request's deadline shortened the wait
@@ -166,7 +169,7 @@ func (l *lane) trySend(r *request, inline bool) bool {
 	switch {
 	case !l.running && l.waiting:
 		l.cond.Signal()
-	case l.gathering && (len(l.queue) >= l.want || r.deadline.Sub(l.until) < l.slack):
+	case l.gathering && (len(l.queue) >= l.missed+l.delivered || r.deadline.Sub(l.until) < l.slack):
 		// Its callers are back, or a request could not wait for them.
 		l.gathering = false
 		l.cond.Signal()
@@ -310,20 +313,16 @@ func (l *lane) work(wg *sync.WaitGroup) {
 // batches go out after a yield only.
 func (l *lane) gather(delivered int, took time.Duration) {
 	l.mu.Lock()
-	full := min(took/4, l.waitMax)
-	wait, now := full, time.Now()
-	for _, r := range l.queue { // a queued request must still go out in time
-		wait = min(wait, r.deadline.Sub(now)/2)
-	}
-	if !l.waitCallers || l.closed || l.noWait > 0 || wait <= 0 || len(l.queue) >= l.missed+delivered {
+	wait, capped := l.gatherWait(delivered, took)
+	if wait <= 0 {
 		l.noWait = max(0, l.noWait-1)
 		l.mu.Unlock()
 		runtime.Gosched()
 		return
 	}
-	l.want, l.delivered, l.gathering = l.missed+delivered, delivered, true
-	l.tail, l.capped = false, wait < full
-	l.until, l.slack = now.Add(wait), wait
+	l.delivered, l.gathering = delivered, true
+	l.tail, l.capped = false, capped
+	l.until, l.slack = time.Now().Add(wait), wait
 	l.gatherGen++
 	gen := l.gatherGen
 	// A timer of its own: a late one of an earlier wait must not end it.
@@ -349,6 +348,21 @@ func (l *lane) gather(delivered int, took time.Duration) {
 	l.gathering = false
 	l.gatherEnd.Stop()
 	l.mu.Unlock()
+}
+
+// gatherWait returns how long gather waits for the callers of a batch of
+// delivered requests that took took (0: it does not), and whether a queued
+// request's deadline shortened it; with l.mu held.
+func (l *lane) gatherWait(delivered int, took time.Duration) (wait time.Duration, capped bool) {
+	if !l.waitCallers || l.closed || l.noWait > 0 || len(l.queue) >= l.missed+delivered {
+		return 0, false
+	}
+	full := min(took/4, l.waitMax)
+	wait, now := full, time.Now()
+	for _, r := range l.queue { // a queued request must still go out in time
+		wait = min(wait, r.deadline.Sub(now)/2)
+	}
+	return wait, wait < full
 }
 
 // gatherMax bounds a gather's wait; noWaitBatches is how many batches go

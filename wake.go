@@ -928,8 +928,9 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	}
 	// The first script attempt asks every master (and marks the key on
 	// every one that refuses; a plain ask before it marks nothing); the
-	// next ones ask the gate first, while it answers. last is the error of the last attempt that asked every
-	// master: a gate's refusal alone says little of the others.
+	// next ones ask the gate first, while it answers. last is the error
+	// of the last attempt that asked every master: a gate's refusal
+	// alone says little of the others.
 	gate, first := -1, c.gateOf(full)
 	var last error
 	for n = 1; ; n++ {

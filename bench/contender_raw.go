@@ -222,8 +222,11 @@ func readRawReply(br *bufio.Reader) (rawReply, error) {
 		return rawReply{n: n}, err
 	case '$':
 		n, err := strconv.Atoi(string(body))
-		if err != nil || n < 0 {
-			return rawReply{}, err // nil bulk: n 0
+		if err != nil {
+			return rawReply{}, err
+		}
+		if n < 0 {
+			return rawReply{}, nil // a nil bulk: SET NX refused
 		}
 		if _, err := br.Discard(n + 2); err != nil {
 			return rawReply{}, err
