@@ -39,6 +39,13 @@ func newWaitingLane(t *testing.T, waitMax time.Duration, onExec func(tl *testLan
 	}, func(tl *testLane) { tl.waitCallers, tl.waitMax = true, waitMax })
 }
 
+// ranOutSoFar is how many of tl's waits for callers ran out.
+func (tl *testLane) ranOutSoFar() int {
+	tl.lane.mu.Lock()
+	defer tl.lane.mu.Unlock()
+	return tl.ranOut
+}
+
 func (tl *testLane) errsOf(k string) []error {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -179,9 +186,7 @@ func TestGatherDoesNotWaitOutEveryBatch(t *testing.T) {
 	for loop.Load() < rounds {
 		time.Sleep(time.Millisecond)
 	}
-	tl.lane.mu.Lock()
-	waits := tl.ranOut
-	tl.lane.mu.Unlock()
+	waits := tl.ranOutSoFar()
 	// Each batch is [A, other]; A is back within microseconds, other is
 	// nobody's. A wait that gains nothing should not repeat every batch.
 	if waits > rounds/2 {
@@ -222,9 +227,7 @@ func TestGatherOpenLoopHandlers(t *testing.T) {
 	}
 	tl.await(t, 2*handlers) // every obtain delivered: no wg.Go after it
 	wg.Wait()
-	tl.lane.mu.Lock()
-	waits := tl.ranOut
-	tl.lane.mu.Unlock()
+	waits := tl.ranOutSoFar()
 	tl.t.mu.Lock()
 	batches := len(tl.t.sizes)
 	tl.t.mu.Unlock()
@@ -373,9 +376,7 @@ func TestGatherThreeBackOfFourDoNotHoldEveryBatch(t *testing.T) {
 		tl.send(tl.req(fmt.Sprintf("c%d-0", c), time.Minute), false)
 	}
 	wait()
-	tl.lane.mu.Lock()
-	ranOut := tl.ranOut
-	tl.lane.mu.Unlock()
+	ranOut := tl.ranOutSoFar()
 	if ranOut > rounds/2 {
 		t.Fatalf("the lane waited out its timer on %d of ~%d batches whose callers were all back within microseconds", ranOut, rounds)
 	}

@@ -597,9 +597,7 @@ func TestLaneStopsWaitingForCallersThatDoNotReturn(t *testing.T) {
 		tl.await(t, 3*(w+1))
 		parked(tl.lane)
 	}
-	tl.lane.mu.Lock()
-	ranOut := tl.ranOut
-	tl.lane.mu.Unlock()
+	ranOut := tl.ranOutSoFar()
 	// Without expecting fewer back after a wait ran out, every wave's
 	// batch of two would wait out its timer.
 	if ranOut < 2 || ranOut > waves/4 {
