@@ -350,6 +350,15 @@ func poolSizeText(n int) string {
 	return fmt.Sprint(n)
 }
 
+// gapInReleases is s's hand-over gap p50 in p50s of its release call: how
+// many round trips a hand-over takes, whatever this machine's round trip.
+func gapInReleases(s contenderSummary) string {
+	if s.ReleaseP50 <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", float64(s.GapP50)/float64(s.ReleaseP50))
+}
+
 // writeHandOver writes, for the contended cells, how fast a key passes
 // from one holder to the next: the gap from a holder's release call to
 // the next grant of the same key, and the cycles/s against the ideal of
@@ -373,16 +382,16 @@ func writeHandOver(b *strings.Builder, r *report) {
 			service := time.Duration(float64(cr.HotKeys) / s.CyclesPerSec * float64(time.Second))
 			fair := time.Duration(float64(cr.G) / float64(cr.HotKeys) * float64(service))
 			fifo := fifoP99(cr.G, cr.HotKeys, service)
-			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %.0f%% | %s | %s | %s | %s | %s (%.1f×) | %s (%.1f×) |",
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %.0f%% | %s | %s | %s | %s | %s | %s (%.1f×) | %s (%.1f×) |",
 				cr.Name, s.Name, fmtRate(s.CyclesPerSec), fmtRate(ideal), 100*s.CyclesPerSec/ideal,
-				fmtDur(s.HoldP50), fmtDur(s.GapP50), fmtDur(s.GapP99), fmtDur(s.P99),
+				fmtDur(s.HoldP50), fmtDur(s.GapP50), gapInReleases(s), fmtDur(s.GapP99), fmtDur(s.P99),
 				fmtDur(int64(fair)), float64(s.P99)/float64(fair), fmtDur(int64(fifo)), float64(s.P99)/float64(fifo)))
 		}
 	}
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("\n## Hand-over\n\nContended cells: the gap is the time from a holder's release call to the next grant of the same key (by whichever goroutine); the ideal is hot keys / the measured median hold, every key always held with no gap. Lock p99 is the whole wait of one lock call. The fair share is goroutines per hot key x a key's mean time from one grant to the next (hot keys / cycles/s: hold and gap), each waiter served once per round; the FIFO p99 is the lock p99 a perfect first-come, first-served hand-over would give with that time, simulated with that same time for every hand-over (the gap's spread would lengthen the tail) and every goroutine picking its next key at random, as here: the keys' queues wander, so even that order's tail is about three fair shares. In brackets: lock p99 over each.\n\n")
-	b.WriteString("| cell | contender | cycles/s | ideal | of ideal | hold p50 | gap p50 | gap p99 | lock p99 | fair share | FIFO p99 |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("\n## Hand-over\n\nContended cells: the gap is the time from a holder's release call to the next grant of the same key (by whichever goroutine); the ideal is hot keys / the measured median hold, every key always held with no gap. Lock p99 is the whole wait of one lock call. The fair share is goroutines per hot key x a key's mean time from one grant to the next (hot keys / cycles/s: hold and gap), each waiter served once per round; the FIFO p99 is the lock p99 a perfect first-come, first-served hand-over would give with that time, simulated with that same time for every hand-over (the gap's spread would lengthen the tail) and every goroutine picking its next key at random, as here: the keys' queues wander, so even that order's tail is about three fair shares. In brackets: lock p99 over each. The gap in releases is the gap p50 over the p50 of the release call itself (the holder's round trip to the masters, measured in the same run). A waiter that asks once it hears of the release needs about two: the release's way to the master and the announcement's way back make one, its own ask the other; only a hand-over on the master itself, the release setting the key for the next waiter, could need about one. Where waiters poll, their requests queue ahead of the release and lengthen it, so the figure there compares less well.\n\n")
+	b.WriteString("| cell | contender | cycles/s | ideal | of ideal | hold p50 | gap p50 | gap in releases | gap p99 | lock p99 | fair share | FIFO p99 |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	b.WriteString(strings.Join(rows, "\n") + "\n")
 }

@@ -185,6 +185,33 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 }
 
+// The hand-over table gives the gap in release calls: 400µs against a
+// 200µs release is two; a run that measured no release call says so.
+func TestHandOverInReleases(t *testing.T) {
+	a, b := fakeRun("redlock", 0, 100, 0, time.Millisecond), fakeRun("redsync", 0, 100, 0, time.Millisecond)
+	for _, r := range []*runResult{a, b} {
+		for range 100 {
+			r.Gap.Record(400 * time.Microsecond)
+			r.Hold.Record(time.Millisecond)
+		}
+	}
+	for range 100 {
+		a.Release.Record(200 * time.Microsecond)
+	}
+	r := &report{Meta: meta{Repeats: 1, Own: true}, order: []string{"redlock", "redsync"}}
+	r.Cells = []cellReport{summarize(cell{N: 1, G: 64, Contended: true, HotKeys: 4}, 50, r.order, []*runResult{a, b})}
+	var md strings.Builder
+	writeHandOver(&md, r)
+	for _, want := range []string{
+		"| n1-g64-contended | redlock | 100 | 4.00k | 2% | 1.00ms | 399µs | 2.0 | 399µs |",
+		"| n1-g64-contended | redsync | 100 | 4.00k | 2% | 1.00ms | 399µs | – | 399µs |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("hand-over table lacks %q\n%s", want, md.String())
+		}
+	}
+}
+
 // The reading says where the subject is behind, and by how much.
 func TestReadingBehind(t *testing.T) {
 	runs := []*runResult{fakeRun("redlock", 0, 800, 0, time.Millisecond), fakeRun("redsync", 0, 1000, 0, 500*time.Microsecond)}

@@ -42,15 +42,15 @@ type runResult struct {
 	Lat       histogram
 	// Contended cells: Gap is each hand-over, from the holder's release
 	// call to the next grant of the same key; Hold each hold, from the
-	// grant to the release call.
-	Gap, Hold histogram
-	Mallocs   uint64    // runtime.MemStats.Mallocs delta
-	Bytes     uint64    // runtime.MemStats.TotalAlloc delta
-	ClientCPU float64   // seconds, getrusage(RUSAGE_SELF) user+sys delta
-	ServerCPU []float64 // seconds, INFO cpu used_cpu_sys+used_cpu_user delta of each server behind the cell; nil without INFO
-	Calls     []uint64  // commands each server executed (INFO commandstats delta); nil without INFO
-	Reads     []uint64  // socket reads each server made (INFO stats total_reads_processed delta)
-	Writes    uint64    // latency cells: chunks the delay proxies forwarded
+	// grant to the release call; Release each release call, to its return.
+	Gap, Hold, Release histogram
+	Mallocs            uint64    // runtime.MemStats.Mallocs delta
+	Bytes              uint64    // runtime.MemStats.TotalAlloc delta
+	ClientCPU          float64   // seconds, getrusage(RUSAGE_SELF) user+sys delta
+	ServerCPU          []float64 // seconds, INFO cpu used_cpu_sys+used_cpu_user delta of each server behind the cell; nil without INFO
+	Calls              []uint64  // commands each server executed (INFO commandstats delta); nil without INFO
+	Reads              []uint64  // socket reads each server made (INFO stats total_reads_processed delta)
+	Writes             uint64    // latency cells: chunks the delay proxies forwarded
 }
 
 // Decisions is the number of attempts answered either way: cycles plus refusals.
@@ -72,7 +72,7 @@ func (r *runResult) serverCPU() float64 {
 type workerStats struct {
 	attempts, cycles, taken, errors, overlaps uint64
 	firstErr                                  error
-	lat, gap, hold                            histogram
+	lat, gap, hold, release                   histogram
 }
 
 // hangAfter bounds how long the goroutines of a run may take to finish their
@@ -201,12 +201,16 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 						st.hold.Record(time.Duration(now - granted))
 						freed[hk].Store(now)
 					}
+					t1 := time.Now()
 					if err := w.Unlock(ctx); err != nil {
 						st.errors++
 						if st.firstErr == nil {
 							st.firstErr = fmt.Errorf("unlock: %w", err)
 						}
 						continue
+					}
+					if hk >= 0 {
+						st.release.Record(time.Since(t1))
 					}
 					st.cycles++
 				}
@@ -290,6 +294,7 @@ func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg
 		r.Lat.Merge(&st.lat)
 		r.Gap.Merge(&st.gap)
 		r.Hold.Merge(&st.hold)
+		r.Release.Merge(&st.release)
 	}
 	return r, nil
 }

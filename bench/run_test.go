@@ -172,8 +172,9 @@ func TestRunOneCounts(t *testing.T) {
 			t.Errorf("%s: cycles %d, taken %d, errors %d (%s), overlaps %d; want cycles, refusals unless it waits, no error, no overlap",
 				c.Name, r.Cycles, r.Taken, r.Errors, r.FirstErr, r.Overlaps)
 		}
-		if cl.Contended && cfg.Hold > 0 && (r.Gap.Count() == 0 || r.Hold.Count() == 0) {
-			t.Errorf("%s: %d hand-over gaps and %d holds measured, want both", c.Name, r.Gap.Count(), r.Hold.Count())
+		if cl.Contended && cfg.Hold > 0 && (r.Gap.Count() == 0 || r.Hold.Count() == 0 || r.Release.Count() != r.Cycles) {
+			t.Errorf("%s: %d hand-over gaps, %d holds and %d release calls measured for %d cycles, want gaps, holds and one release per cycle",
+				c.Name, r.Gap.Count(), r.Hold.Count(), r.Release.Count(), r.Cycles)
 		}
 		if r.Lat.Count() != r.Attempts || r.Attempts != r.Cycles+r.Taken || r.Mallocs == 0 || r.serverCPU() <= 0 || r.ClientCPU <= 0 || len(r.Calls) != 3 {
 			t.Errorf("%s: latencies %d for %d attempts (%d cycles, %d taken), mallocs %d, server CPU %v, client CPU %v, calls %v",

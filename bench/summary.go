@@ -66,11 +66,12 @@ type contenderSummary struct {
 	FirstErr         string    `json:"first_error,omitempty"`
 	Overlaps         uint64    `json:"overlaps"`
 	// Contended cells: the hand-over gap (a holder's release call to the
-	// next grant of the same key) and the hold (grant to release call),
-	// over all repeats.
-	GapP50  int64 `json:"handover_gap_p50_ns,omitempty"`
-	GapP99  int64 `json:"handover_gap_p99_ns,omitempty"`
-	HoldP50 int64 `json:"hold_p50_ns,omitempty"`
+	// next grant of the same key), the hold (grant to release call) and
+	// the release call's own time, over all repeats.
+	GapP50     int64 `json:"handover_gap_p50_ns,omitempty"`
+	GapP99     int64 `json:"handover_gap_p99_ns,omitempty"`
+	HoldP50    int64 `json:"hold_p50_ns,omitempty"`
+	ReleaseP50 int64 `json:"release_p50_ns,omitempty"`
 }
 
 // runJSON is one measured run as the JSON file records it.
@@ -168,7 +169,7 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 		}
 		s := contenderSummary{Name: name, Repeats: len(rr)}
 		var cyc, taken, dec, tp []float64
-		var lat, gap, hold histogram
+		var lat, gap, hold, release histogram
 		var mallocs, bytes, writes uint64
 		var ccpu, scpu float64
 		var shardCPU []float64
@@ -183,6 +184,7 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 			lat.Merge(&r.Lat)
 			gap.Merge(&r.Gap)
 			hold.Merge(&r.Hold)
+			release.Merge(&r.Release)
 			mallocs += r.Mallocs
 			bytes += r.Bytes
 			writes += r.Writes
@@ -215,6 +217,7 @@ func summarize(cl cell, rttUs float64, order []string, runs []*runResult) cellRe
 		s.CyclesPerSec, s.TakenPerSec, s.DecisionsPerSec, s.Throughput = median(cyc), median(taken), median(dec), median(tp)
 		s.P50, s.P99, s.P999 = int64(lat.Quantile(0.5)), int64(lat.Quantile(0.99)), int64(lat.Quantile(0.999))
 		s.GapP50, s.GapP99, s.HoldP50 = int64(gap.Quantile(0.5)), int64(gap.Quantile(0.99)), int64(hold.Quantile(0.5))
+		s.ReleaseP50 = int64(release.Quantile(0.5))
 		s.AllocsPerCycle = per(float64(mallocs), s.Cycles)
 		s.AllocsPerAttempt = per(float64(mallocs), s.Attempts)
 		s.BytesPerCycle = per(float64(bytes), s.Cycles)
