@@ -54,13 +54,15 @@ import (
 //     refused past its deadline by the master's clock; a straggling acquire
 //     or re-take that lands after a Release keeps the key until its TTL.
 //     (TestShorterStragglerCannotShortenAHeldLock)
-//   - A batch whose connection the master closed (a restart, a kill) is sent
+//   - A batch whose connection was closed (by the master: a restart, a
+//     kill; or by go-redis: its Sentinel client's failover) is sent
 //     once more on a fresh one, after the barrier (on a Unix socket none is
 //     needed: nothing of a closed connection runs later), as requests that
 //     are safe to run twice: an acquire that finds its own token holds the
 //     lock. A Release is sent as it was: a key found gone may be a restart's
 //     loss, which the caller must hear of. (TestExtendRetakesVanishedKey,
-//     TestRetryAfterResetDoesNotMisreportObtain, TestReleaseAfterARestartReportsTheLoss)
+//     TestRetryAfterResetDoesNotMisreportObtain, TestReleaseAfterARestartReportsTheLoss,
+//     TestConnectionClosedUnderTheLane, TestWaitThroughSentinel)
 //   - A Release that could not reach the master (a timeout, a stalled lane,
 //     no connection, a master that answers that it ran nothing: BUSY,
 //     LOADING) is kept and sent again after the barrier, when the master
@@ -422,9 +424,12 @@ func socketFailed(err error) bool {
 }
 
 // connClosed reports whether err says the connection was closed under its
-// command (by the master, or on the way).
+// command: by the master, on the way, or by go-redis itself (its Sentinel
+// client closes its connections to the old master at a failover, the one a
+// lane keeps included: net.ErrClosed).
 func connClosed(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // waitTick is how late Redis may answer a WAIT that timed out: it looks at
