@@ -82,6 +82,9 @@ type Client struct {
 	wake   *waker // made by the first wait (wake.go); guarded by mu
 	turnID string // this Client's id in the masters' turn queues (wake.go)
 
+	resetMu sync.Mutex
+	resets  chan struct{} // closed at a master's connection reset (resets.go)
+
 	// Pools for the hot path; see round.go.
 	rounds, requests, timers sync.Pool
 	ttlBox                   atomic.Pointer[boxedTTL]
@@ -106,7 +109,9 @@ type Client struct {
 //     master's pool while it uses it: it gives it back after 15s without
 //     requests (1s without the barrier below), and at once when the pool
 //     has no idle connection left. A Cluster master uses its pool per
-//     request.
+//     request. While it has waiters ([WithWait], [Client.WaitReleased]) or
+//     watchdogs ([Client.Do], [Lock.KeepAlive]), the Client also keeps a
+//     subscription (a connection of its own) to each master, and 2s after.
 //   - A read timeout (go-redis's default will do): New refuses a client
 //     with ReadTimeout -1 or -2, which would let a frozen master hold the
 //     Client forever.

@@ -242,6 +242,7 @@ type sub struct {
 	id     subID
 	ps     *redis.PubSub // the goroutine's current one (nil before its first); end closes it
 	ready  bool          // the master confirmed it, and it has not broken since
+	was    bool          // the master confirmed it once (resets.go)
 	users  int           // waiters using it
 	linger *time.Timer
 	stop   chan struct{}
@@ -316,8 +317,14 @@ func (w *waker) use(x *waiter) {
 		return
 	}
 	x.using = true
+	w.take(x.key)
+}
+
+// take adds a user to the subscriptions of every master's wake channel of
+// the key full, starting those not running; w.mu is held.
+func (w *waker) take(full string) {
 	for i := range w.c.nodes {
-		id := subID{i, w.c.channelOf(i, x.key)}
+		id := subID{i, w.c.channelOf(i, full)}
 		s := w.subs[id]
 		if s == nil {
 			s = w.subscribe(id)
@@ -326,6 +333,17 @@ func (w *waker) use(x *waiter) {
 		if s.linger != nil {
 			s.linger.Stop()
 			s.linger = nil
+		}
+	}
+}
+
+// drop removes a user that take added, and lets subscriptions without
+// users linger, then end; w.mu is held.
+func (w *waker) drop(full string) {
+	for i := range w.c.nodes {
+		s := w.subs[subID{i, w.c.channelOf(i, full)}]
+		if s.users--; s.users == 0 {
+			s.linger = time.AfterFunc(subLinger, func() { w.unsubscribe(s) })
 		}
 	}
 }
@@ -369,12 +387,7 @@ func (w *waker) leave(x *waiter, held time.Duration) {
 	if w.closed || !x.using {
 		return
 	}
-	for i := range w.c.nodes {
-		s := w.subs[subID{i, w.c.channelOf(i, x.key)}]
-		if s.users--; s.users == 0 {
-			s.linger = time.AfterFunc(subLinger, func() { w.unsubscribe(s) })
-		}
-	}
+	w.drop(x.key)
 }
 
 // noteFailed records err, the failed attempt of x (a head), for the
@@ -623,7 +636,9 @@ func (w *waker) listen(s *sub, ps *redis.PubSub, delay *time.Duration) (err erro
 }
 
 // confirmed records that s is (or is no longer) confirmed, and on
-// confirmation wakes the waiters of its master to ask again.
+// confirmation wakes the waiters of its master to ask again. A break, and
+// a confirmation after one, renew the Client's watchdogs at once
+// (resets.go).
 func (w *waker) confirmed(s *sub, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -631,6 +646,10 @@ func (w *waker) confirmed(s *sub, ok bool) {
 		return
 	}
 	s.ready = ok
+	if s.was {
+		w.c.masterReset()
+	}
+	s.was = true
 	if !ok {
 		return
 	}

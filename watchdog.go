@@ -25,9 +25,13 @@ import (
 // covered).
 //
 // The lock is renewed every ttl/3 ([WithRenewEvery] changes it), sooner
-// after a failed renewal. Renewals of many locks held by one Client that
-// fall due together share one pipeline per master. [WithMaxHold] caps the
-// total hold time.
+// after a failed renewal, and at once when a master's connection breaks or
+// comes back (a restart, a failover: the master may have lost the key, and
+// the renewal re-takes it or tells fn that another owner has it); for that
+// the Client keeps a subscription to every master while a watchdog runs,
+// the one its waiters use ([WithWait]). Renewals of many locks held by one
+// Client that fall due together share one pipeline per master.
+// [WithMaxHold] caps the total hold time.
 //
 // Do returns fn's error. When the lock was lost while fn ran, or Release
 // found it lost, the error also matches ErrLockLost. If the lock is not
@@ -192,6 +196,7 @@ type watchdog struct {
 	base    context.Context // cancelled by stop: aborts a renewal in flight
 	abort   context.CancelFunc
 	done    chan struct{}
+	unhold  func() // ends the Client's subscriptions for it (resets.go)
 }
 
 // keepAlive starts a watchdog that renews l for ttl at a time; exit, if
@@ -211,6 +216,7 @@ func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig
 	// Renewals carry the work's context values (a span), not its
 	// cancellation: stop alone aborts one in flight.
 	w.base, w.abort = context.WithCancel(context.WithoutCancel(ctx))
+	w.unhold = l.c.hold(l.c.cfg.keyPrefix + l.key)
 	go func() {
 		if exit != nil {
 			defer exit()
@@ -231,9 +237,22 @@ func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig
 // end whatever else holds the lock.
 func (w *watchdog) run(workDone <-chan struct{}) {
 	defer close(w.done)
+	defer w.unhold()
 	l, c := w.l, w.l.c
-	t := time.NewTimer(w.wait(w.next(w.every)))
+	d0 := w.wait(w.next(w.every))
+	t := time.NewTimer(d0)
 	defer t.Stop()
+	due := time.Now().Add(d0) // when t fires, about
+	arm := func(d time.Duration) {
+		t.Reset(d)
+		due = time.Now().Add(d)
+	}
+	// A master's connection reset renews at once, once per resetGap at
+	// most (resets.go): kicked is when the last such renewal began, and
+	// folded says that t now fires for one put off to the gap's end.
+	reset := c.resetSignal()
+	var kicked time.Time
+	folded := false
 	var capped <-chan time.Time
 	if w.maxHold > 0 {
 		ct := time.NewTimer(time.Until(l.obtained.Add(w.maxHold)))
@@ -254,10 +273,27 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			w.lose(MaxHold, fmt.Errorf("%w: held for the maximum of %v", ErrLockLost, w.maxHold))
 			return
 		case <-w.changed:
-			// The validity changed under us: renew in time for the new one.
-			t.Reset(w.wait(w.next(w.every)))
+			// The validity changed under us: renew in time for the new
+			// one, or for a reset's renewal put off, if that comes first.
+			if d := w.wait(w.next(w.every)); !folded || time.Until(due) > d {
+				arm(d)
+				folded = false
+			}
 			continue
+		case <-reset:
+			reset = c.resetSignal()
+			if d := resetGap - time.Since(kicked); d > 0 {
+				if time.Until(due) > d {
+					arm(d)
+					folded = true
+				}
+				continue
+			}
+			kicked = time.Now()
 		case <-t.C:
+			if folded {
+				kicked, folded = time.Now(), false
+			}
 		}
 		if !l.mu.TryLock() {
 			// An Extend or a Release of the caller's holds the lock: look
@@ -272,7 +308,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 				w.loseAtZero(last)
 				return
 			}
-			t.Reset(min(w.every/4+time.Millisecond, v))
+			arm(min(w.every/4+time.Millisecond, v))
 			continue
 		}
 		// Decided under l.mu: a Release cannot be half done.
@@ -305,7 +341,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			return
 		case err == nil:
 			last, w.renewed = nil, time.Now()
-			t.Reset(w.wait(w.next(w.every)))
+			arm(w.wait(w.next(w.every)))
 		case errors.Is(err, ErrLockLost):
 			w.lose(lostReason(err), err)
 			return
@@ -313,7 +349,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			// Masters did not answer: retry sooner, and wake at the
 			// validity's end at the latest.
 			last = err
-			t.Reset(min(w.every/4+time.Millisecond, l.Validity()))
+			arm(min(w.every/4+time.Millisecond, l.Validity()))
 		}
 	}
 }

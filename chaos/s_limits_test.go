@@ -440,6 +440,67 @@ func extendAfterRestart(t *testing.T, sub *subject) {
 		r.must(bErr != nil, "B obtained within A's extended validity")
 		lock.Release(context.Background())
 	})
+	t.Run("watchdog-hears", func(t *testing.T) {
+		if !sub.runs("watchdog-hears") {
+			t.SkipNow()
+		}
+		r := newRow(t, sub, "S8 restart/watchdog-hears", "MUST",
+			"one master; A holds under KeepAlive (TTL 6s, renewed every 2s); the master restarts empty; B polls every 1ms",
+			"A's watchdog re-takes the key before B gets it, or tells A's work within 500ms of B's grant, not at its next renewal (up to 2s)")
+		e := newEnv(t, sub, 1, nil)
+		ms := e.direct()
+		a := e.lockClient(ms)
+		b := e.lockClient(e.direct())
+		const ttl = 6 * time.Second
+		lock, err := a.Obtain(context.Background(), "k", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, stop, err := lock.KeepAlive(context.Background(), RenewEvery(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		toldAt := make(chan time.Time, 1)
+		go func() {
+			<-wctx.Done()
+			toldAt <- time.Now()
+		}()
+		for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+			n, err := ms[0].PubSubNumSub(context.Background(), "redlock:wake").Result()
+			if err == nil && n["redlock:wake"] > 0 {
+				break
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("A's watchdog keeps no subscription to the master: %v", err)
+			}
+		}
+		e.restart(false, 0)
+		restarted := time.Now()
+		bctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		lb, bErr := b.Obtain(bctx, "k", ttl, RetryEvery(time.Millisecond))
+		cancel()
+		bAt := time.Now()
+		if bErr != nil {
+			n := e.tokenCount("k", lock.Token())
+			r.set("outcome", "a-retook")
+			r.set("a_token_on_master", n == 1)
+			r.must(n == 1, "B never obtained, yet A's token is not on the restarted master (B: %v)", bErr)
+			r.must(wctx.Err() == nil, "A's work was told the lock is lost although its watchdog holds the key: %v", context.Cause(wctx))
+			return
+		}
+		defer lb.Release(context.Background())
+		r.set("outcome", "b-took")
+		r.set("b_obtained_after_restart", bAt.Sub(restarted))
+		select {
+		case at := <-toldAt:
+			r.set("a_told_after_b_returned", at.Sub(bAt))
+			r.must(at.Sub(bAt) <= 500*time.Millisecond, "A's work told %v after B's grant, want within 500ms", at.Sub(bAt))
+			r.must(errors.Is(context.Cause(wctx), redlock.ErrLockLost), "cause %v, want ErrLockLost", context.Cause(wctx))
+		case <-time.After(3 * time.Second):
+			r.must(false, "A's work not told within 3s of B's grant")
+		}
+	})
 	t.Run("never-revived", func(t *testing.T) {
 		if !sub.runs("never-revived") {
 			t.SkipNow()

@@ -1,0 +1,80 @@
+package redlock
+
+import "time"
+
+// A watchdog renews its lock at once when a master's connection breaks or
+// comes back, instead of at its next renewal (ttl/3 by default): a master
+// restarted without persistence, or a Sentinel failover to a replica that
+// never got the key, has lost the lock, and another Client can take it the
+// moment the master answers again. The renewal then re-takes the vanished
+// key first (extendScript), or finds another owner and tells the work at
+// once (ErrLockLost), where it would have run on for up to a renewal
+// period beside the new holder.
+//
+// What tells is the wake machinery's subscription to the master (wake.go):
+// a long-lived connection whose reader sees the socket fail the moment the
+// master goes, and whose re-subscription says when it answers again. While
+// a watchdog runs, its Client keeps that subscription to every master (the
+// wake channel of the lock's key, shared with the Client's waiters), and
+// lets it linger as waiters' do.
+//
+// Rules, each with the test that fails when it breaks:
+//   - A subscription that was confirmed and breaks, and one confirmed again
+//     after it broke, renew every watchdog of the Client at once; the first
+//     confirmation does not (TestWatchdogRenewsAtOnceAfterARestart,
+//     TestWatchdogTellsAtOnceWhenARestartLostTheLock).
+//   - A watchdog renews on such a signal at most once per resetGap, the
+//     signals in between folded into one renewal at its end: a subscription
+//     that flaps does not turn every lock's renewals into a stream
+//     (TestWatchdogFoldsResetSignals).
+//   - A watchdog's use of the subscriptions ends with it
+//     (TestWatchdogLeavesNoSubscription).
+
+// resetGap is the least time between two renewals a watchdog makes on a
+// reset signal.
+const resetGap = 50 * time.Millisecond
+
+// resetSignal returns the channel closed at the next reset of a master's
+// connection.
+func (c *Client) resetSignal() <-chan struct{} {
+	c.resetMu.Lock()
+	defer c.resetMu.Unlock()
+	if c.resets == nil {
+		c.resets = make(chan struct{})
+	}
+	return c.resets
+}
+
+// masterReset tells every watchdog that a master's connection broke or came
+// back.
+func (c *Client) masterReset() {
+	c.resetMu.Lock()
+	defer c.resetMu.Unlock()
+	if c.resets != nil {
+		close(c.resets)
+		c.resets = nil
+	}
+}
+
+// hold keeps this Client subscribed to every master's wake channel of the
+// key full while a watchdog runs, and returns the call that ends that use;
+// it does nothing once the Client is closing.
+func (c *Client) hold(full string) (drop func()) {
+	w := c.wakerFor()
+	if w == nil {
+		return func() {}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return func() {}
+	}
+	w.take(full)
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.closed {
+			w.drop(full)
+		}
+	}
+}
