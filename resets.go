@@ -2,8 +2,8 @@ package redlock
 
 import "time"
 
-// A watchdog renews its lock at once when a master's connection breaks or
-// comes back, instead of at its next renewal (ttl/3 by default): a master
+// A watchdog renews its lock at once when a master's connection comes back
+// after it broke, instead of at its next renewal (ttl/3 by default): a master
 // restarted without persistence, or a Sentinel failover to a replica that
 // never got the key, has lost the lock, and another Client can take it the
 // moment the master answers again. The renewal then re-takes the vanished
@@ -13,22 +13,32 @@ import "time"
 //
 // What tells is the wake machinery's subscription to the master (wake.go):
 // a long-lived connection whose reader sees the socket fail the moment the
-// master goes, and whose re-subscription says when it answers again. While
-// a watchdog runs, its Client keeps that subscription to every master (the
-// wake channel of the lock's key, shared with the Client's waiters), and
-// lets it linger as waiters' do.
+// master goes, and whose re-subscription says when it answers again: at
+// once after a short restart, else within the subscription's retry delay
+// (50ms, doubling to 250ms while the master stays down). While a watchdog
+// runs, its Client keeps that subscription to every master (the wake
+// channel of the lock's key, shared with the Client's waiters), and lets
+// it linger as waiters' do.
 //
 // Rules, each with the test that fails when it breaks:
-//   - A subscription that was confirmed and breaks, and one confirmed again
-//     after it broke, renew every watchdog of the Client at once; the first
-//     confirmation does not (TestWatchdogRenewsAtOnceAfterARestart,
-//     TestWatchdogTellsAtOnceWhenARestartLostTheLock).
+//   - A subscription confirmed again after it broke renews every watchdog
+//     of the Client at once, and a renewal that then fails is tried again
+//     within 4 x resetGap, still owed; the first confirmation renews
+//     nothing, nor does the end of a subscription nobody uses any more (TestWatchdogRenewsAtOnceAfterARestart,
+//     TestWatchdogTellsAtOnceWhenARestartLostTheLock,
+//     TestWatchdogHearsALongerOutageSoon,
+//     TestWatchdogIgnoresTheEndOfAnUnusedSubscription).
 //   - A watchdog renews on such a signal at most once per resetGap, the
-//     signals in between folded into one renewal at its end: a subscription
-//     that flaps does not turn every lock's renewals into a stream
-//     (TestWatchdogFoldsResetSignals).
-//   - A watchdog's use of the subscriptions ends with it
-//     (TestWatchdogLeavesNoSubscription).
+//     signals in between folded into one renewal at its end; a renewal
+//     owed to a reset stays owed while the caller's own Extend or Release
+//     holds the lock, whatever that call changes (TestWatchdogFoldsResetSignals,
+//     TestWatchdogResetDuringACallersExtendIsNotLost).
+//   - A subscription's breaks count once per resetEvery at most: one that
+//     the master cuts again and again does not turn every lock's renewals
+//     into a stream (TestWatchdogFlappingSubscription).
+//   - A watchdog's use of the subscriptions ends with it, also when Close
+//     races its start (TestWatchdogLeavesNoSubscription,
+//     TestCloseRacesStartingWatchdogs).
 
 // resetGap is the least time between two renewals a watchdog makes on a
 // reset signal.
@@ -45,8 +55,8 @@ func (c *Client) resetSignal() <-chan struct{} {
 	return c.resets
 }
 
-// masterReset tells every watchdog that a master's connection broke or came
-// back.
+// masterReset tells every watchdog that a master's connection came back
+// after it broke.
 func (c *Client) masterReset() {
 	c.resetMu.Lock()
 	defer c.resetMu.Unlock()

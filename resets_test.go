@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,5 +157,263 @@ func TestWatchdogRenewsAtOnceOnACluster(t *testing.T) {
 	})
 	if err := context.Cause(wctx); err != nil {
 		t.Fatalf("the watchdog gave up: %v", err)
+	}
+}
+
+// gateHook, once armed, holds the first script it sees, after the master
+// answered it, until open is closed: a caller's Extend that the master ran,
+// its call still holding the lock.
+type gateHook struct {
+	mu     sync.Mutex
+	armed  bool
+	inside chan struct{}
+	open   chan struct{}
+}
+
+func (h *gateHook) hold(cmds []redis.Cmder) {
+	h.mu.Lock()
+	hit := false
+	for _, c := range cmds {
+		if n := c.Name(); h.armed && (n == "evalsha" || n == "eval") {
+			hit = true
+		}
+	}
+	if hit {
+		h.armed = false
+	}
+	h.mu.Unlock()
+	if hit {
+		close(h.inside)
+		<-h.open
+	}
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.hold([]redis.Cmder{cmd})
+		return err
+	}
+}
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.hold(cmds)
+		return err
+	}
+}
+
+// TestWatchdogResetDuringACallersExtendIsNotLost: the master loses the key
+// and its subscription breaks and comes back while a caller's own Extend,
+// already run by the master, still holds the lock. The watchdog cannot
+// renew then; the renewal it owes the reset must not be dropped when the
+// Extend's new validity re-arms its schedule (10s away).
+func TestWatchdogResetDuringACallersExtendIsNotLost(t *testing.T) {
+	_, clients, c := cluster(t, 1)
+	h := &gateHook{inside: make(chan struct{}), open: make(chan struct{})}
+	clients[0].(*redis.Client).AddHook(h)
+	l, wctx := holdWithWatchdog(t, c, "k")
+	subscribed(t, clients[0])
+	ctx := t.Context()
+	check := redis.NewClient(&redis.Options{Addr: clients[0].(*redis.Client).Options().Addr})
+	t.Cleanup(func() { check.Close() })
+	h.mu.Lock()
+	h.armed = true
+	h.mu.Unlock()
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, 30*time.Second) }()
+	<-h.inside
+	if err := check.Del(ctx, "k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := check.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // broken, and confirmed again
+	subscribed(t, check)
+	close(h.open)
+	if err := <-extended; err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	back := time.Now()
+	for get(t, check, "k") != l.Token() {
+		if time.Since(back) > 2*time.Second {
+			t.Fatalf("no key on the master %v after the caller's Extend returned, though its subscription broke and came back meanwhile: the reset's renewal was lost (cause %v)",
+				time.Since(back).Round(time.Millisecond), context.Cause(wctx))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// scriptCount counts the scripts a client sends.
+type scriptCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (h *scriptCount) add(cmds []redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range cmds {
+		if n := c.Name(); n == "evalsha" || n == "eval" {
+			h.n++
+		}
+	}
+}
+
+func (h *scriptCount) get() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+func (h *scriptCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.add([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (h *scriptCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.add(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+// TestWatchdogIgnoresTheEndOfAnUnusedSubscription: on a Redis Cluster each
+// key has a sharded wake channel of its own, so a waiter of another key
+// has a subscription the watchdog does not use; its end, once the waiter
+// left and its linger (2s) passed, is no reset of the master.
+func TestWatchdogIgnoresTheEndOfAnUnusedSubscription(t *testing.T) {
+	rc := startCluster(t, 3)
+	cc := rc.Client()
+	t.Cleanup(func() { cc.Close() })
+	h := &scriptCount{}
+	cc.AddHook(h)
+	c, err := redlock.NewSingle(cc, redlock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := t.Context()
+	holdWithWatchdog(t, c, "k") // renewed every 10s
+	lj, err := c.Obtain(ctx, "j", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lj.Release(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() { waited <- c.WaitReleased(wctx, "j") }()
+	redistest.Eventually(t, func() error {
+		n, err := cc.PubSubShardNumSub(ctx, "j").Result()
+		if err != nil || n["j"] == 0 {
+			return fmt.Errorf("nobody subscribed to j's sharded channel (%v)", err)
+		}
+		return nil
+	})
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-waited
+	before := h.get()
+	time.Sleep(3 * time.Second) // the subscription's linger (2s) ends
+	if n := h.get() - before; n != 0 {
+		t.Errorf("%d scripts sent in the 3s after the waiter of j left (k's watchdog is due 10s after its Obtain): the end of j's subscription renewed it as a master's reset", n)
+	}
+}
+
+// TestWatchdogHearsALongerOutageSoon: a master down for 1.6s, restarted
+// empty: the subscription comes back at its next retry, 250ms apart at
+// most, and the watchdog re-takes the key soon after the master answers
+// again, not at its next renewal.
+func TestWatchdogHearsALongerOutageSoon(t *testing.T) {
+	servers, clients, c := cluster(t, 1)
+	l, wctx := holdWithWatchdog(t, c, "k")
+	subscribed(t, clients[0])
+	servers[0].RestartAfter(1600*time.Millisecond, false)
+	if err := servers[0].WaitRestart(); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	check := servers[0].Client()
+	t.Cleanup(func() { check.Close() })
+	for get(t, check, "k") != l.Token() {
+		if time.Since(up) > 5*time.Second {
+			t.Fatalf("not re-taken 5s after the master answered again (cause %v)", context.Cause(wctx))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := time.Since(up); d > 500*time.Millisecond {
+		t.Errorf("the watchdog re-took the key %v after the restarted master answered (empty), want within 500ms", d.Round(time.Millisecond))
+	}
+}
+
+// TestWatchdogFlappingSubscription: a master that cuts the subscription
+// every 100ms, as soon as it is made, for 2s: its breaks count once a
+// second, so the watchdog renews a few times, not twice per cut.
+func TestWatchdogFlappingSubscription(t *testing.T) {
+	_, clients, c := cluster(t, 1)
+	h := &scriptCount{}
+	clients[0].(*redis.Client).AddHook(h)
+	_, wctx := holdWithWatchdog(t, c, "k")
+	subscribed(t, clients[0])
+	ctx := t.Context()
+	before := h.get()
+	start := time.Now()
+	for time.Since(start) < 2*time.Second {
+		if err := clients[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A cut counts when the last one that counted is at least a second
+	// old: at 0s, 1s and (at the edge) 2s, each renewing once at the
+	// confirmation that follows it (and once more should that fail).
+	if n := h.get() - before; n > 6 {
+		t.Errorf("%d renewals over 2s of cuts every 100ms, want at most 6: one or two for each cut a second apart", n)
+	}
+	if err := context.Cause(wctx); err != nil {
+		t.Fatalf("the watchdog gave up: %v", err)
+	}
+}
+
+// TestCloseRacesStartingWatchdogs: Close while watchdogs start (the first
+// makes the Client's waker, and its subscription) leaves no goroutine
+// (goleak in TestMain) and panics nowhere.
+func TestCloseRacesStartingWatchdogs(t *testing.T) {
+	srv := redistest.Start(t, 1)[0]
+	rdb := srv.Client()
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	for i := range 40 {
+		c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.WithNodeTimeout(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var locks []*redlock.Lock
+		for j := range 4 {
+			l, err := c.Obtain(ctx, fmt.Sprint("k", i, "-", j), time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			locks = append(locks, l)
+		}
+		done := make(chan struct{})
+		for _, l := range locks {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				if _, stop, err := l.KeepAlive(ctx); err == nil {
+					time.Sleep(time.Duration(i%5) * time.Millisecond)
+					stop()
+				}
+			}()
+		}
+		time.Sleep(time.Duration(i%3) * time.Millisecond)
+		c.Close()
+		for range locks {
+			<-done
+		}
 	}
 }

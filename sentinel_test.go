@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -162,5 +163,39 @@ func TestConnectionClosedUnderTheLane(t *testing.T) {
 	}
 	if v := get(t, check, "k"); v != "" {
 		t.Fatalf("k holds %q after its Release, want it gone", v)
+	}
+}
+
+// TestApplicationClosedItsClient: the application closes its go-redis
+// client while the lane keeps a connection of it (net.ErrClosed under the
+// lane, then "redis: client is closed" for a fresh one): Extend and
+// Release fail at once as unavailable, nothing loops, and Close returns.
+func TestApplicationClosedItsClient(t *testing.T) {
+	srv := redistest.Start(t, 1)[0]
+	rdb := srv.Client()
+	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	l, err := c.Obtain(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Close()
+	start := time.Now()
+	if err := l.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrUnavailable) {
+		t.Errorf("Extend after the client closed: %v, want ErrUnavailable", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrUnavailable) {
+		t.Errorf("Release after the client closed: %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Extend and Release took %v", d)
+	}
+	start = time.Now()
+	c.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v", d)
 	}
 }

@@ -239,13 +239,17 @@ type subID struct {
 // A sub is one subscription to one master's wake channel, with the
 // goroutine that reads it.
 type sub struct {
-	id     subID
-	ps     *redis.PubSub // the goroutine's current one (nil before its first); end closes it
-	ready  bool          // the master confirmed it, and it has not broken since
-	was    bool          // the master confirmed it once (resets.go)
-	users  int           // waiters using it
-	linger *time.Timer
-	stop   chan struct{}
+	id    subID
+	ps    *redis.PubSub // the goroutine's current one (nil before its first); end closes it
+	ready bool          // the master confirmed it, and it has not broken since
+	// reset says that it broke since its last confirmation, and that the
+	// next one is a reset of the master (resets.go); countedAt is when a
+	// break last counted so.
+	reset     bool
+	countedAt time.Time
+	users     int // waiters and watchdogs using it
+	linger    *time.Timer
+	stop      chan struct{}
 	// dead is the last PubSub whose go-redis call panicked (see run): its
 	// own mutex may be locked for good, so nobody waits for its Close.
 	dead *redis.PubSub
@@ -521,11 +525,18 @@ func (s *sub) end() *redis.PubSub {
 
 // The delays before a lost subscription is made again: the first, doubled
 // at each failure in a row up to the last, and back to the first once a
-// master confirms it.
+// master confirms it. The last bounds how late a watchdog hears that a
+// master that was down answers again (resets.go).
 const (
 	subRetryMin = 50 * time.Millisecond
-	subRetryMax = time.Second
+	subRetryMax = 250 * time.Millisecond
 )
+
+// resetEvery is how often at most a subscription's breaks count as resets
+// of its master (resets.go): one that the master cuts again and again as
+// soon as it is made (a client output buffer limit, say) would otherwise
+// renew every watchdog of the Client at each cut.
+const resetEvery = time.Second
 
 // run keeps s subscribed, each time on a new PubSub, and reads its
 // messages until it is stopped. A subscription that fails (the master
@@ -636,9 +647,11 @@ func (w *waker) listen(s *sub, ps *redis.PubSub, delay *time.Duration) (err erro
 }
 
 // confirmed records that s is (or is no longer) confirmed, and on
-// confirmation wakes the waiters of its master to ask again. A break, and
-// a confirmation after one, renew the Client's watchdogs at once
-// (resets.go).
+// confirmation wakes the waiters of its master to ask again. A
+// confirmation after a break renews the Client's watchdogs at once
+// (resets.go): the master answers again, and may have lost its keys. Breaks
+// count so once per resetEvery at most, and the end of a subscription that
+// nobody uses any more is none.
 func (w *waker) confirmed(s *sub, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -646,13 +659,17 @@ func (w *waker) confirmed(s *sub, ok bool) {
 		return
 	}
 	s.ready = ok
-	if s.was {
-		w.c.masterReset()
-	}
-	s.was = true
+	live := !w.closed && w.subs[s.id] == s // not one ended (unsubscribe, stop)
 	if !ok {
+		if s.countedAt.IsZero() || time.Since(s.countedAt) >= resetEvery {
+			s.reset, s.countedAt = true, time.Now()
+		}
 		return
 	}
+	if s.reset && live {
+		w.c.masterReset()
+	}
+	s.reset = false
 	for key, kw := range w.keys {
 		if w.c.channelOf(s.id.i, key) != s.id.ch {
 			continue

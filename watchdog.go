@@ -25,11 +25,11 @@ import (
 // covered).
 //
 // The lock is renewed every ttl/3 ([WithRenewEvery] changes it), sooner
-// after a failed renewal, and at once when a master's connection breaks or
-// comes back (a restart, a failover: the master may have lost the key, and
-// the renewal re-takes it or tells fn that another owner has it); for that
-// the Client keeps a subscription to every master while a watchdog runs,
-// the one its waiters use ([WithWait]). Renewals of many locks held by one
+// after a failed renewal, and at once when a master's connection comes
+// back after it broke (a restart, a failover: the master may have lost the
+// key, and the renewal re-takes it or tells fn that another owner has it);
+// for that the Client keeps a subscription to every master while a
+// watchdog runs, the one its waiters use ([WithWait]). Renewals of many locks held by one
 // Client that fall due together share one pipeline per master.
 // [WithMaxHold] caps the total hold time.
 //
@@ -261,6 +261,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 	}
 	var last error // the last renewal's error, while renewals fail
 	for {
+		byReset := false // this renewal is a reset's
 		select {
 		case <-w.base.Done():
 			return
@@ -289,10 +290,10 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 				}
 				continue
 			}
-			kicked = time.Now()
+			kicked, byReset = time.Now(), true
 		case <-t.C:
 			if folded {
-				kicked, folded = time.Now(), false
+				kicked, folded, byReset = time.Now(), false, true
 			}
 		}
 		if !l.mu.TryLock() {
@@ -308,7 +309,15 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 				w.loseAtZero(last)
 				return
 			}
-			arm(min(w.every/4+time.Millisecond, v))
+			if byReset {
+				// The reset's renewal is still owed: the caller's Extend
+				// may have run before the reset, so its change of the
+				// validity does not cover it.
+				arm(min(resetGap, v))
+				folded = true
+			} else {
+				arm(min(w.every/4+time.Millisecond, v))
+			}
 			continue
 		}
 		// Decided under l.mu: a Release cannot be half done.
@@ -347,9 +356,17 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			return
 		default:
 			// Masters did not answer: retry sooner, and wake at the
-			// validity's end at the latest.
+			// validity's end at the latest. A renewal owed to a reset is
+			// tried again soon, still owed: the master answered its
+			// subscription again, and what failed now (a connection that
+			// died with the old process) passes.
 			last = err
-			arm(min(w.every/4+time.Millisecond, l.Validity()))
+			if byReset {
+				arm(min(4*resetGap, l.Validity()))
+				folded = true
+			} else {
+				arm(min(w.every/4+time.Millisecond, l.Validity()))
+			}
 		}
 	}
 }
