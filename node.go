@@ -54,6 +54,11 @@ type node struct {
 	restarted atomic.Int64
 	// budget bounds a tick's (and Close's) sending of kept Releases.
 	budget time.Duration
+	// taken is closed once a lane of a standalone master has taken a
+	// connection of its own (transport.take): the waker's subscriptions
+	// wait for it (wake.go, waker.run).
+	taken     chan struct{}
+	takenOnce sync.Once
 }
 
 // sawRunID records the run_id a fresh connection read, and notes a
@@ -74,7 +79,7 @@ func (n *node) restartedAfter(t time.Time) bool {
 }
 
 func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, reqs *sync.Pool, wg *sync.WaitGroup) *node {
-	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), one: single, reqs: reqs, epoch: time.Now(), budget: tickBudget}
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), one: single, reqs: reqs, epoch: time.Now(), budget: tickBudget, taken: make(chan struct{})}
 	if cfg.nodeTimeout > 0 {
 		n.budget = min(tickBudget, cfg.nodeTimeout)
 	}

@@ -33,12 +33,19 @@ import "time"
 //     owed to a reset stays owed while the caller's own Extend or Release
 //     holds the lock, whatever that call changes (TestWatchdogFoldsResetSignals,
 //     TestWatchdogResetDuringACallersExtendIsNotLost).
-//   - A subscription's breaks count once per resetEvery at most: one that
-//     the master cuts again and again does not turn every lock's renewals
-//     into a stream (TestWatchdogFlappingSubscription).
+//   - A subscription's breaks count once per resetEvery at most, a later
+//     one put off to its end, not dropped: one that the master cuts again
+//     and again does not turn every lock's renewals into a stream, and a
+//     second restart soon after the first is still heard
+//     (TestWatchdogFlappingSubscription,
+//     TestWatchdogHearsASecondResetSoonAfterTheFirst).
 //   - A watchdog's use of the subscriptions ends with it, also when Close
 //     races its start (TestWatchdogLeavesNoSubscription,
 //     TestCloseRacesStartingWatchdogs).
+//   - A subscription to a standalone master is made only once a lane has
+//     taken a connection of that master's client: go-redis v9.23 races
+//     with itself otherwise (TestWatchdogSubscribesAfterTheLanesFirstConnection;
+//     see waker.run).
 
 // resetGap is the least time between two renewals a watchdog makes on a
 // reset signal.

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,5 +74,81 @@ func TestWatchdogFoldsResetSignals(t *testing.T) {
 	}
 	if v := l.Validity(); v < 25*time.Second {
 		t.Errorf("validity %v after the renewals, want them to have renewed the 30s TTL", v)
+	}
+}
+
+// failHook fails every script while on, and counts the attempts.
+type failHook struct {
+	on atomic.Bool
+	n  atomic.Int64
+}
+
+func (h *failHook) fail(cmds ...redis.Cmder) bool {
+	if !h.on.Load() {
+		return false
+	}
+	for _, c := range cmds {
+		if n := c.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+			return true
+		}
+	}
+	return false
+}
+
+var errInjected = errors.New("injected: master unreachable")
+
+func (h *failHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.fail(cmd) {
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.fail(cmds...) {
+			for _, c := range cmds {
+				c.SetErr(errInjected)
+			}
+			return errInjected
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestWatchdogResetRetryNoSlowerThanARenewalsRetry: a renewal
+// owed to a reset that fails is retried within 4 x resetGap (200ms); a
+// renewal that fails otherwise is retried every/4 later. With a short TTL
+// (600ms, renewals every 200ms: retries every 51ms) the reset's retries
+// must not be slower than the watchdog's own: fewer would fit before the
+// validity ends, and the reset would make the watchdog worse at keeping
+// the lock through a short outage.
+func TestWatchdogResetRetryNoSlowerThanARenewalsRetry(t *testing.T) {
+	rdb := redistest.Start(t, 1)[0].Client()
+	t.Cleanup(func() { rdb.Close() })
+	h := &failHook{}
+	rdb.AddHook(h)
+	c := newClient(t, []redis.UniversalClient{rdb}, WithNodeTimeout(100*time.Millisecond))
+	ctx := t.Context()
+	l, err := c.Obtain(ctx, "k", 600*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop, err := l.KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	time.Sleep(20 * time.Millisecond)
+	h.on.Store(true)
+	c.masterReset()
+	time.Sleep(300 * time.Millisecond)
+	h.on.Store(false)
+	if n := h.n.Load(); n < 4 {
+		t.Errorf("%d renewal attempts in the 300ms after a reset whose renewal failed, want at least 4 (a failed renewal's retry is every/4 = 51ms; the reset's, 200ms)", n)
 	}
 }

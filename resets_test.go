@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -415,5 +418,139 @@ func TestCloseRacesStartingWatchdogs(t *testing.T) {
 		for range locks {
 			<-done
 		}
+	}
+}
+
+// TestWatchdogHearsASecondResetSoonAfterTheFirst: the master's
+// connections reset once (the watchdog renews, the key is there), and
+// 300ms later the master loses the key and another Client takes it, and
+// the connections reset again (a second restart, a failover right after a
+// restart). The second break falls within resetEvery of the first: its
+// renewal is put off to the end of that second, not dropped, and the work
+// is told then, not at the next regular renewal (10s).
+func TestWatchdogHearsASecondResetSoonAfterTheFirst(t *testing.T) {
+	_, clients, a := cluster(t, 1)
+	b := newClient(t, clients)
+	_, wctx := holdWithWatchdog(t, a, "k")
+	subscribed(t, clients[0])
+	ctx := t.Context()
+	// First reset: nothing lost.
+	if err := clients[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	subscribed(t, clients[0])
+	// Second reset, the key lost and taken by another Client.
+	if err := clients[0].Del(ctx, "k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Obtain(ctx, "k", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Release(ctx)
+	reset := time.Now()
+	if err := clients[0].ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wctx.Done():
+		if cause := context.Cause(wctx); !errors.Is(cause, redlock.ErrLockLost) {
+			t.Errorf("cause %v, want ErrLockLost", cause)
+		}
+		t.Logf("told %v after the second reset", time.Since(reset).Round(time.Millisecond))
+	case <-time.After(3 * time.Second):
+		t.Fatal("the watchdog did not tell the work within 3s of a second reset 300ms after the first (its next renewal is 10s away): the second break is dropped, not deferred to the end of resetEvery")
+	}
+}
+
+// TestWatchdogNoSubscribePermissionRetriesEverySecond: where the masters'
+// user may not SUBSCRIBE, the Client tries the subscription again once a
+// second while watchdogs run (each try a new connection), not at the
+// 250ms of a master that is down.
+func TestWatchdogNoSubscribePermissionRetriesEverySecond(t *testing.T) {
+	servers, clients, _ := cluster(t, 1)
+	ctx := t.Context()
+	if err := clients[0].Do(ctx, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe", "-ssubscribe", "-psubscribe").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := servers[0].Client()
+	opt := *rdb.Options()
+	rdb.Close()
+	opt.Username, opt.Password = "nosub", "pw"
+	u := redis.NewClient(&opt)
+	t.Cleanup(func() { u.Close() })
+	c := newClient(t, []redis.UniversalClient{u}, redlock.WithNodeTimeout(500*time.Millisecond))
+	_, wctx := holdWithWatchdog(t, c, "k")
+	time.Sleep(500 * time.Millisecond) // the retry delay grows to its cap
+	before := connsReceived(t, clients[0])
+	time.Sleep(3 * time.Second)
+	n := connsReceived(t, clients[0]) - before
+	if n > 4 {
+		t.Errorf("%d connections in 3s from a watchdog whose user may not SUBSCRIBE, want about 3 (a try a second, as the README says)", n)
+	}
+	if err := context.Cause(wctx); err != nil {
+		t.Fatalf("the watchdog gave up: %v", err)
+	}
+}
+
+func connsReceived(t *testing.T, rdb redis.UniversalClient) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no total_connections_received")
+	return 0
+}
+
+// TestWatchdogSubscribesAfterTheLanesFirstConnection: a watchdog started
+// the moment Obtain returns at a quorum, while the slowest master's lane is
+// still setting up its first connection (its dial held 100ms): the
+// subscription to that master waits for the lane's connection, or go-redis
+// races with itself under -race (a Redis before 8 refuses its maintenance
+// notifications handshake, and the first connection to fail it rewrites
+// the client's options under a lock the PubSub's connection does not take).
+func TestWatchdogSubscribesAfterTheLanesFirstConnection(t *testing.T) {
+	servers := startServers(t, 3)
+	var rdbs []redis.UniversalClient
+	for i, s := range servers {
+		rdb := s.Client(func(o *redis.Options) {
+			if i == 2 {
+				o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					time.Sleep(100 * time.Millisecond)
+					return (&net.Dialer{}).DialContext(ctx, network, addr)
+				}
+			}
+		})
+		t.Cleanup(func() { rdb.Close() })
+		rdbs = append(rdbs, rdb)
+	}
+	c := newClient(t, rdbs, redlock.WithNodeTimeout(time.Second))
+	ctx := t.Context()
+	l, err := c.Obtain(ctx, "k", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop, err := l.KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	redistest.Eventually(t, func() error {
+		n, err := rdbs[2].PubSubNumSub(ctx, "redlock:wake").Result()
+		if err != nil || n["redlock:wake"] == 0 {
+			return fmt.Errorf("no subscription to the slow master yet (%v)", err)
+		}
+		return nil
+	})
+	if err := context.Cause(wctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -555,6 +555,7 @@ func (t *redisTransport) take(ctx context.Context) error {
 	}
 	taken = true
 	t.conn, t.pipe, t.took, t.id, t.addr, t.batches = c, c.Pipeline(), time.Now(), id, addr, 0
+	t.node.takenOnce.Do(func() { close(t.node.taken) })
 	return nil
 }
 

@@ -244,8 +244,9 @@ type sub struct {
 	ready bool          // the master confirmed it, and it has not broken since
 	// reset says that it broke since its last confirmation, and that the
 	// next one is a reset of the master (resets.go); countedAt is when a
-	// break last counted so.
+	// reset last counted, and owed that one is put off to resetEvery after.
 	reset     bool
+	owed      bool
 	countedAt time.Time
 	users     int // waiters and watchdogs using it
 	linger    *time.Timer
@@ -548,6 +549,19 @@ const resetEvery = time.Second
 // release may have gone unheard meanwhile.
 func (w *waker) run(s *sub) {
 	defer w.wg.Done()
+	if n := w.c.nodes[s.id.i]; n.cluster == nil {
+		// go-redis v9.23 races with itself when a PubSub's first
+		// connection is made while a connection of Client.Conn (a lane's)
+		// is set up on a client whose server refuses the maintenance
+		// notifications handshake (Redis before 8): the one that fails
+		// first rewrites the shared options under its own lock, not the
+		// client's. Once a lane has taken a connection, none will.
+		select {
+		case <-n.taken:
+		case <-s.stop:
+			return
+		}
+	}
 	backoff := time.NewTimer(0)
 	<-backoff.C
 	defer backoff.Stop()
@@ -575,7 +589,14 @@ func (w *waker) run(s *sub) {
 			_ = ps.Close()
 		}
 		backoff.Reset(delay)
-		delay = min(2*delay, subRetryMax)
+		var refused redis.Error
+		if errors.As(err, &refused) && strings.HasPrefix(refused.Error(), "NOPERM") {
+			// The master's user may not subscribe: it is up, so no
+			// reset is to be heard soon; try once a second (README).
+			delay = min(2*delay, time.Second)
+		} else {
+			delay = min(2*delay, subRetryMax)
+		}
 		select {
 		case <-s.stop:
 			return
@@ -661,13 +682,28 @@ func (w *waker) confirmed(s *sub, ok bool) {
 	s.ready = ok
 	live := !w.closed && w.subs[s.id] == s // not one ended (unsubscribe, stop)
 	if !ok {
-		if s.countedAt.IsZero() || time.Since(s.countedAt) >= resetEvery {
-			s.reset, s.countedAt = true, time.Now()
-		}
+		s.reset = true
 		return
 	}
 	if s.reset && live {
-		w.c.masterReset()
+		// A reset within resetEvery of the last one that counted is put
+		// off to its end, not dropped: the master may have lost its keys
+		// again (a second restart).
+		if wait := resetEvery - time.Since(s.countedAt); s.countedAt.IsZero() || wait <= 0 {
+			s.countedAt = time.Now()
+			w.c.masterReset()
+		} else if !s.owed {
+			s.owed = true
+			time.AfterFunc(wait, func() {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				s.owed = false
+				if !w.closed && w.subs[s.id] == s {
+					s.countedAt = time.Now()
+					w.c.masterReset()
+				}
+			})
+		}
 	}
 	s.reset = false
 	for key, kw := range w.keys {

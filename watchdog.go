@@ -290,7 +290,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 				}
 				continue
 			}
-			kicked, byReset = time.Now(), true
+			kicked, byReset, folded = time.Now(), true, false
 		case <-t.C:
 			if folded {
 				kicked, folded, byReset = time.Now(), false, true
@@ -362,7 +362,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			// died with the old process) passes.
 			last = err
 			if byReset {
-				arm(min(4*resetGap, l.Validity()))
+				arm(min(4*resetGap, w.every/4+time.Millisecond, l.Validity()))
 				folded = true
 			} else {
 				arm(min(w.every/4+time.Millisecond, l.Validity()))
