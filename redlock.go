@@ -112,7 +112,7 @@ type Client struct {
 //     request. While it has waiters ([WithWait], [Client.WaitReleased]) or
 //     watchdogs ([Client.Do], [Lock.KeepAlive]), the Client also keeps a
 //     subscription (a connection of its own) to each master (on a Cluster,
-//     one per key waited for or held under a watchdog), and 2s after.
+//     one per key waited for, and none for watchdogs), and 2s after.
 //   - A read timeout (go-redis's default will do): New refuses a client
 //     with ReadTimeout -1 or -2, which would let a frozen master hold the
 //     Client forever.

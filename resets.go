@@ -16,9 +16,11 @@ import "time"
 // master goes, and whose re-subscription says when it answers again: at
 // once after a short restart, else within the subscription's retry delay
 // (50ms, doubling to 250ms while the master stays down). While a watchdog
-// runs, its Client keeps that subscription to every master (the wake
-// channel of the lock's key, shared with the Client's waiters), and lets
-// it linger as waiters' do.
+// runs, its Client keeps that subscription to every standalone or Sentinel
+// master (the wake channel, shared with the Client's waiters), and lets it
+// linger as waiters' do. Not to a Redis Cluster: there each key announces
+// on a channel of its own, and a subscription per lock held would be a
+// connection per lock; a watchdog there renews on its schedule.
 //
 // Rules, each with the test that fails when it breaks:
 //   - A subscription confirmed again after it broke renews every watchdog
@@ -40,8 +42,9 @@ import "time"
 //     (TestWatchdogFlappingSubscription,
 //     TestWatchdogHearsASecondResetSoonAfterTheFirst).
 //   - A watchdog's use of the subscriptions ends with it, also when Close
-//     races its start (TestWatchdogLeavesNoSubscription,
-//     TestCloseRacesStartingWatchdogs).
+//     races its start, and a Cluster master gets none
+//     (TestWatchdogLeavesNoSubscription, TestCloseRacesStartingWatchdogs,
+//     TestWatchdogKeepsNoSubscriptionOnACluster).
 //   - A subscription to a standalone master is made only once a lane has
 //     taken a connection of that master's client: go-redis v9.23 races
 //     with itself otherwise (TestWatchdogSubscribesAfterTheLanesFirstConnection;
@@ -73,10 +76,16 @@ func (c *Client) masterReset() {
 	}
 }
 
-// hold keeps this Client subscribed to every master's wake channel of the
-// key full while a watchdog runs, and returns the call that ends that use;
-// it does nothing once the Client is closing.
+// hold keeps this Client subscribed to the wake channel of the key full on
+// every master but the Redis Clusters while a watchdog runs, and returns
+// the call that ends that use; it does nothing once the Client is closing.
+// A Cluster master announces on each key's own channel: a subscription per
+// lock held would be a connection per lock.
 func (c *Client) hold(full string) (drop func()) {
+	masters := c.all() &^ c.shardedMask
+	if masters == 0 {
+		return func() {}
+	}
 	w := c.wakerFor()
 	if w == nil {
 		return func() {}
@@ -86,12 +95,12 @@ func (c *Client) hold(full string) (drop func()) {
 	if w.closed {
 		return func() {}
 	}
-	w.take(full)
+	w.take(full, masters)
 	return func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if !w.closed {
-			w.drop(full)
+			w.drop(full, masters)
 		}
 	}
 }

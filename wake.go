@@ -322,13 +322,17 @@ func (w *waker) use(x *waiter) {
 		return
 	}
 	x.using = true
-	w.take(x.key)
+	w.take(x.key, w.c.all())
 }
 
-// take adds a user to the subscriptions of every master's wake channel of
-// the key full, starting those not running; w.mu is held.
-func (w *waker) take(full string) {
+// take adds a user to the subscriptions of the wake channel of the key
+// full on the masters in masters (bit i: master i), starting those not
+// running; w.mu is held.
+func (w *waker) take(full string, masters uint64) {
 	for i := range w.c.nodes {
+		if masters&bit(i) == 0 {
+			continue
+		}
 		id := subID{i, w.c.channelOf(i, full)}
 		s := w.subs[id]
 		if s == nil {
@@ -344,8 +348,11 @@ func (w *waker) take(full string) {
 
 // drop removes a user that take added, and lets subscriptions without
 // users linger, then end; w.mu is held.
-func (w *waker) drop(full string) {
+func (w *waker) drop(full string, masters uint64) {
 	for i := range w.c.nodes {
+		if masters&bit(i) == 0 {
+			continue
+		}
 		s := w.subs[subID{i, w.c.channelOf(i, full)}]
 		if s.users--; s.users == 0 {
 			s.linger = time.AfterFunc(subLinger, func() { w.unsubscribe(s) })
@@ -392,8 +399,11 @@ func (w *waker) leave(x *waiter, held time.Duration) {
 	if w.closed || !x.using {
 		return
 	}
-	w.drop(x.key)
+	w.drop(x.key, w.c.all())
 }
+
+// all returns every master of the Client (bit i: master i).
+func (c *Client) all() uint64 { return uint64(1)<<len(c.nodes) - 1 }
 
 // noteFailed records err, the failed attempt of x (a head), for the
 // waiters behind it.
@@ -989,9 +999,9 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	// script, which queues it (TestWaitUncontendedAskIsOneCommand).
 	optimistic := d <= 0 // a yield that lapsed: no sleep either
 	if d > 0 {
-		from = uint64(1)<<len(c.nodes) - 1
+		from = c.all()
 		timer.Reset(d)
-		if cause := c.sleepUntil(ctx, w, x, timer, uint64(1)<<len(c.nodes)-1, c.quorum, pass); cause != nil {
+		if cause := c.sleepUntil(ctx, w, x, timer, c.all(), c.quorum, pass); cause != nil {
 			if errors.Is(cause, ErrClosed) {
 				return nil, 0, nil, c.closedObtain(ErrClosed)
 			}

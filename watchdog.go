@@ -29,7 +29,8 @@ import (
 // back after it broke (a restart, a failover: the master may have lost the
 // key, and the renewal re-takes it or tells fn that another owner has it);
 // for that the Client keeps a subscription to every master while a
-// watchdog runs, the one its waiters use ([WithWait]). Renewals of many locks held by one
+// watchdog runs, the one its waiters use ([WithWait]); not to a Redis
+// Cluster, where it would take a connection per lock. Renewals of many locks held by one
 // Client that fall due together share one pipeline per master.
 // [WithMaxHold] caps the total hold time.
 //
