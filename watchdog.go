@@ -40,7 +40,8 @@ import (
 // [ErrTaken] or [ErrUnavailable]). When [Client.Close] runs during Do, a
 // wait for the lock ends and fn's context is cancelled, with errors
 // matching [ErrClosed], and Close waits for Do to finish. No goroutine of
-// Do outlives it.
+// Do outlives it but the Client's subscriptions to the masters, which
+// linger 2s after their last user and end at Close at the latest.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...ObtainOption) error {
 	ttl, err := c.check(ctx, key, ttl)
 	if err != nil {
