@@ -39,26 +39,33 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
+// watched holds "k" for ttl on one master, whose client has hook, under a
+// watchdog that runs until the test ends.
+func watched(t *testing.T, hook redis.Hook, ttl, nodeTimeout time.Duration) (*Client, *Lock) {
+	t.Helper()
+	rdb := redistest.Start(t, 1)[0].Client()
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(hook)
+	c := newClient(t, []redis.UniversalClient{rdb}, WithNodeTimeout(nodeTimeout))
+	l, err := c.Obtain(t.Context(), "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop, err := l.KeepAlive(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return c, l
+}
+
 // TestWatchdogFoldsResetSignals: a subscription that flaps (here about 400
 // resets in half a second) renews a watchdog's lock at most once per
 // resetGap, the resets in between folded into one renewal at the gap's
 // end, not once per reset.
 func TestWatchdogFoldsResetSignals(t *testing.T) {
-	rdb := redistest.Start(t, 1)[0].Client()
-	t.Cleanup(func() { rdb.Close() })
 	h := &scriptCounter{}
-	rdb.AddHook(h)
-	c := newClient(t, []redis.UniversalClient{rdb}, WithNodeTimeout(500*time.Millisecond))
-	ctx := t.Context()
-	l, err := c.Obtain(ctx, "k", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, stop, err := l.KeepAlive(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	c, l := watched(t, h, 30*time.Second, 500*time.Millisecond)
 	before := h.n.Load()
 	start := time.Now()
 	for time.Since(start) < 10*resetGap {
@@ -128,21 +135,8 @@ func (h *failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // validity ends, and the reset would make the watchdog worse at keeping
 // the lock through a short outage.
 func TestWatchdogResetRetryNoSlowerThanARenewalsRetry(t *testing.T) {
-	rdb := redistest.Start(t, 1)[0].Client()
-	t.Cleanup(func() { rdb.Close() })
 	h := &failHook{}
-	rdb.AddHook(h)
-	c := newClient(t, []redis.UniversalClient{rdb}, WithNodeTimeout(100*time.Millisecond))
-	ctx := t.Context()
-	l, err := c.Obtain(ctx, "k", 600*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, stop, err := l.KeepAlive(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	c, _ := watched(t, h, 600*time.Millisecond, 100*time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
 	h.on.Store(true)
 	c.masterReset()
