@@ -599,10 +599,10 @@ func (w *waker) run(s *sub) {
 			_ = ps.Close()
 		}
 		backoff.Reset(delay)
-		var refused redis.Error
-		if errors.As(err, &refused) && strings.HasPrefix(refused.Error(), "NOPERM") {
-			// The master's user may not subscribe: it is up, so no
-			// reset is to be heard soon; try once a second (README).
+		if refusedCommand(err) {
+			// The master's user may not subscribe (or the server does
+			// not know the command): it is up, so no reset is to be
+			// heard soon; try once a second (README).
 			delay = min(2*delay, time.Second)
 		} else {
 			delay = min(2*delay, subRetryMax)

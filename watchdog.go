@@ -255,6 +255,16 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 	reset := c.resetSignal()
 	var kicked time.Time
 	folded := false
+	// again arms t after a renewal that could not run or failed: every/4
+	// later, and within 4 x resetGap for one owed to a reset, which stays
+	// owed; at the validity's end v at the latest.
+	again := func(v time.Duration, owed bool) {
+		d := w.every/4 + time.Millisecond
+		if owed {
+			d, folded = min(d, 4*resetGap), true
+		}
+		arm(min(d, v))
+	}
 	var capped <-chan time.Time
 	if w.maxHold > 0 {
 		ct := time.NewTimer(time.Until(l.obtained.Add(w.maxHold)))
@@ -311,15 +321,10 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 				w.loseAtZero(last)
 				return
 			}
-			if byReset {
-				// The reset's renewal is still owed: the caller's Extend
-				// may have run before the reset, so its change of the
-				// validity does not cover it.
-				arm(min(resetGap, v))
-				folded = true
-			} else {
-				arm(min(w.every/4+time.Millisecond, v))
-			}
+			// A reset's renewal stays owed: the caller's Extend may have
+			// run before the reset, so its change of the validity does
+			// not cover it.
+			again(v, byReset)
 			continue
 		}
 		// Decided under l.mu: a Release cannot be half done.
@@ -363,12 +368,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			// subscription again, and what failed now (a connection that
 			// died with the old process) passes.
 			last = err
-			if byReset {
-				arm(min(4*resetGap, w.every/4+time.Millisecond, l.Validity()))
-				folded = true
-			} else {
-				arm(min(w.every/4+time.Millisecond, l.Validity()))
-			}
+			again(l.Validity(), byReset)
 		}
 	}
 }
