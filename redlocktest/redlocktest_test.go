@@ -111,6 +111,18 @@ func TestHolderWhileOthersWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// On every master before the waiter asks: Obtain returns at a quorum,
+	// and a waiter that overtook the third master's SET there would hold
+	// it, undo it, and never queue on it.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, rdb := range m.Redis() {
+		for v, _ := rdb.Get(ctx, "k").Result(); v != l.Token(); v, _ = rdb.Get(ctx, "k").Result() {
+			if time.Now().After(deadline) {
+				t.Fatalf("k holds %q on a master, want the owner's token", v)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -118,7 +130,7 @@ func TestHolderWhileOthersWait(t *testing.T) {
 		m.Client().Obtain(wctx, "k", time.Minute, redlock.WithWait())
 	}()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for _, rdb := range m.Redis() {
 		for {
 			v, _ := rdb.Get(ctx, "k").Result()
