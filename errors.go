@@ -118,34 +118,44 @@ func (e NodeError) String() string {
 // "obtain", [ErrLockLost] when refusals ruled out a quorum), its outcome
 // unless the lock was lost ([ErrTaken] when other owners' refusals alone
 // ruled out a quorum, else [ErrUnavailable]), and every node's failure, so
-// errors.Is(err, context.DeadlineExceeded) finds timeouts. A single
+// errors.Is(err, context.DeadlineExceeded) finds timeouts. It matches at
+// most one of ErrTaken and ErrUnavailable, and exactly one unless the lock
+// was lost; [Client.WaitReleased]'s, when too few masters answered,
+// matches ErrUnavailable only, whatever the others said. A single
 // master's "held by another owner" answer is in its NodeError, not matched
 // by the QuorumError unless it decided the outcome.
 type QuorumError struct {
 	Op     string // "obtain", "extend" or "release"
 	Quorum int
 	Nodes  []NodeError
-	kind   error  // ErrNotObtained, ErrLockLost, or nil when masters merely failed to answer
+	kind   error  // ErrNotObtained, ErrLockLost, ErrUnavailable (too few answers decided it), or nil when masters merely failed to answer
 	why    string // what decided it, when the answers alone do not say
 }
 
 // outcome is ErrTaken when more than N - quorum masters answered "held by
-// another owner", else ErrUnavailable; nil for a lost lock.
+// another owner", else ErrUnavailable; nil for a lost lock. A kind of
+// ErrUnavailable (too few answers decided it) is the outcome whatever the
+// answers: at an even N, half the masters answering "held" is more than N
+// - quorum, yet the silent half might have been free, and an error
+// matches one outcome only. (TestUnavailableQuorumErrorIsNeverTaken,
+// TestEveryOutcomeMatchesOneKind)
 func (e *QuorumError) outcome() error {
+	switch e.kind {
+	case ErrLockLost:
+		return nil // lost, whoever holds it now: "skip, another has it" must not match
+	case ErrUnavailable:
+		return ErrUnavailable
+	}
 	taken := 0
 	for _, n := range e.Nodes {
 		if n.Err == ErrTaken {
 			taken++
 		}
 	}
-	switch {
-	case e.kind == ErrLockLost:
-		return nil // lost, whoever holds it now: "skip, another has it" must not match
-	case taken > len(e.Nodes)-e.Quorum:
+	if taken > len(e.Nodes)-e.Quorum {
 		return ErrTaken
-	default:
-		return ErrUnavailable
 	}
+	return ErrUnavailable
 }
 
 func (e *QuorumError) Error() string {
@@ -194,7 +204,7 @@ func (e *QuorumError) Unwrap() []error {
 	if e.kind != nil {
 		errs = append(errs, e.kind)
 	}
-	if o := e.outcome(); o != nil {
+	if o := e.outcome(); o != nil && o != e.kind {
 		errs = append(errs, o)
 	}
 	for _, n := range e.Nodes {

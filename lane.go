@@ -36,13 +36,36 @@ import (
 //     (TestLaneDeliversEachRequestOnce, TestLaneSurvivesTransportPanic)
 //   - Whoever set running owns the transport until it clears running: the
 //     worker or one inline caller, never both. (TestLaneInlineAndWorker)
-//   - A stalled lane takes nothing: once the batch in flight has run twice
-//     the time its deadline allowed (a master that does not answer, and a
-//     client whose reads that deadline does not bound), a new request fails
-//     at once instead of queueing behind it, so a frozen master holds no
-//     growing queue. The margin keeps a moment of slowness (a busy machine)
-//     from failing requests that would still have gone out in time.
-//     (TestLaneFailsFastWhileStalled)
+//   - A master that does not answer holds a bounded queue, and no caller
+//     past its own deadline. The lane marks its master not answering once
+//     the work in flight (a batch; a tick, which sends kept Releases) has
+//     been out for twice the longest timeout it was sent with: a request's
+//     timeout runs from when it was queued to its deadline (not from when
+//     its batch went out: a request that waited most of its timeout in the
+//     queue must not mark a master that has only just been sent it), a
+//     tick's is the node's budget. The margin keeps a moment of slowness
+//     (a busy machine) from marking it. The mark ends when that work comes
+//     back: the master's answer, or a failure (a read its deadline bounds).
+//     While marked, a new request still queues, and goes out with the next
+//     batch, or is dropped (errQueued) once its deadline passes while
+//     queued: its caller waits for the lane as long as its own deadline
+//     allows, and no longer. Only a frozen master's pile is refused: once
+//     stalledQueue requests wait on a marked lane, those that will not be
+//     sent (deadline passed, caller gone) are taken out and delivered,
+//     and if stalledQueue still wait, a new request fails at once
+//     (errStalled). On a marked lane a request whose caller has given up
+//     is not queued: it fails at once with errSkipped, which its round
+//     reports as the context's cause. A Release that fails or is dropped
+//     so is kept for the transport, not lost (up to maxPending).
+//     (TestLaneQueuesBehindAMasterNotAnswering,
+//     TestLaneQueueStaysBoundedWhileItsMasterIsNotAnswering,
+//     TestLaneMarksItsMasterByItsRequestsTimeouts,
+//     TestLaneDropsARequestWhoseDeadlinePassesBehindAStalledBatch,
+//     TestLaneRefusesAGoneCallerWithItsCauseWhileStalled,
+//     TestLaneClosedWhileItsMasterIsNotAnswering,
+//     TestSlowBatchDoesNotFailTheNextObtainAtOnce,
+//     TestShortTimeoutCallDoesNotMarkAHealthyMaster,
+//     TestFrozenMasterQueueStaysBounded)
 //   - Whoever clears running wakes a parked worker that has work or must
 //     exit, so Close never waits on a sleeping worker. (TestLaneClosesAfterInline)
 //   - A lane with nothing queued still gives its transport a tick now and
@@ -76,9 +99,10 @@ type lane struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	queue   []*request
-	running bool      // a batch is in flight, run by the worker or an inline caller
-	stalled time.Time // from then on the batch in flight is overdue: twice its deadline's span
-	waiting bool      // the worker is parked
+	running bool          // a batch is in flight, run by the worker or an inline caller
+	stalled time.Time     // from then on the master is not answering: the work in flight is out for twice its timeout
+	span    time.Duration // the longest timeout of the requests queued, each from when it was queued
+	waiting bool          // the worker is parked
 	closed  bool
 	exited  bool        // the worker took the kept Releases for the last time
 	kept    []op        // Releases failed before they were sent, for the transport
@@ -110,9 +134,14 @@ func newLane(t transport, deliver func(*request)) *lane {
 	return l
 }
 
-// errStalled marks a request not sent because the lane's batch in flight is
-// overdue.
-var errStalled = fmt.Errorf("%w: not sent, the master has not answered an earlier request within its timeout: %w", errNoReply, context.DeadlineExceeded)
+// errStalled marks a request not sent because the master has not answered
+// the lane's work in flight within twice its timeout, and stalledQueue
+// requests already wait for it.
+var errStalled = fmt.Errorf("%w: not sent, the master has not answered an earlier request within twice its timeout, and too many requests wait for it: %w", errNoReply, context.DeadlineExceeded)
+
+// stalledQueue is how many requests a lane whose master is not answering
+// holds in its queue; beyond, a new one fails at once (errStalled).
+const stalledQueue = 256
 
 // errPanicked marks the requests of a batch whose sending panicked.
 type errPanicked struct{ v any }
@@ -144,15 +173,30 @@ func (l *lane) trySend(r *request, inline bool) bool {
 	case l.closed:
 		l.mu.Unlock()
 		return false
-	case l.running && !time.Now().Before(l.stalled):
-		if r.kind == opRelease && len(l.kept) < maxPending {
-			l.kept = append(l.kept, r.op)
+	}
+	now := time.Now()
+	var gone []*request
+	if l.running && !now.Before(l.stalled) {
+		// The master is not answering: r queues, unless it would not be
+		// sent anyway, or the queue is full of requests that will be.
+		err := r.dropped(now)
+		if err == nil && len(l.queue) >= stalledQueue {
+			gone = l.sweep(now)
+			if len(l.queue) >= stalledQueue {
+				err = errStalled
+			}
 		}
-		l.mu.Unlock()
-		l.fail(r, errStalled)
-		return true
-	case inline && !l.running && len(l.queue) == 0:
-		l.running, l.stalled = true, stallAt(time.Now(), r.deadline)
+		if err != nil {
+			if r.kind == opRelease && len(l.kept) < maxPending {
+				l.kept = append(l.kept, r.op)
+			}
+			l.mu.Unlock()
+			l.deliverAll(gone)
+			l.fail(r, err)
+			return true
+		}
+	} else if inline && !l.running && len(l.queue) == 0 {
+		l.running, l.stalled = true, stallAt(now, r.deadline.Sub(now))
 		l.mu.Unlock()
 		one := [1]*request{r}
 		l.run(one[:])
@@ -166,6 +210,7 @@ func (l *lane) trySend(r *request, inline bool) bool {
 		return true
 	}
 	l.queue = append(l.queue, r)
+	l.span = max(l.span, r.deadline.Sub(now))
 	switch {
 	case !l.running && l.waiting:
 		l.cond.Signal()
@@ -184,7 +229,39 @@ func (l *lane) trySend(r *request, inline bool) bool {
 		}
 	}
 	l.mu.Unlock()
+	l.deliverAll(gone)
 	return true
+}
+
+// sweep takes out of the queue the requests that will not be sent (their
+// caller gave up, their deadline passed, their lock is being released),
+// keeping the Releases among them for the transport as run does, and
+// returns them with their error set, to deliver once l.mu is released;
+// with l.mu held. The others keep their order.
+func (l *lane) sweep(now time.Time) (gone []*request) {
+	live := l.queue[:0]
+	for _, q := range l.queue {
+		err := q.dropped(now)
+		if err == nil {
+			live = append(live, q)
+			continue
+		}
+		q.val, q.err = 0, err
+		if q.kind == opRelease && len(l.kept) < maxPending {
+			l.kept = append(l.kept, q.op)
+		}
+		gone = append(gone, q)
+	}
+	clear(l.queue[len(live):])
+	l.queue = live
+	return gone
+}
+
+// deliverAll delivers requests whose replies are set; without l.mu.
+func (l *lane) deliverAll(rs []*request) {
+	for _, r := range rs {
+		l.deliver(r)
+	}
 }
 
 func (l *lane) fail(r *request, err error) {
@@ -258,7 +335,7 @@ func (l *lane) work(wg *sync.WaitGroup) {
 		}
 		if len(l.queue) == 0 { // a tick
 			now := time.Now()
-			l.poked, l.running, l.stalled = false, true, stallAt(now, now.Add(l.budget))
+			l.poked, l.running, l.stalled = false, true, stallAt(now, l.budget)
 			kept := l.takeKept()
 			l.mu.Unlock()
 			again := l.tick(kept)
@@ -270,12 +347,8 @@ func (l *lane) work(wg *sync.WaitGroup) {
 			continue
 		}
 		batch, l.queue = l.queue, batch[:0]
-		var due time.Time
-		for _, r := range batch {
-			due = later(due, r.deadline)
-		}
 		start := time.Now()
-		l.running, l.stalled = true, stallAt(start, due)
+		l.running, l.stalled, l.span = true, stallAt(start, l.span), 0
 		l.mu.Unlock()
 		l.run(batch)
 		if len(batch) > 1 {
@@ -466,8 +539,9 @@ func (l *lane) exec(batch []*request, now time.Time) {
 	l.t.exec(batch, now)
 }
 
-// stallAt is when a batch started at start with deadline due is overdue.
-func stallAt(start, due time.Time) time.Time { return due.Add(max(0, due.Sub(start))) }
+// stallAt is when the master of work sent at start with timeout span is
+// marked not answering: twice span later.
+func stallAt(start time.Time, span time.Duration) time.Time { return start.Add(2 * max(0, span)) }
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {

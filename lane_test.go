@@ -30,7 +30,8 @@ type fakeTransport struct {
 	panics  int           // this many more execs panic
 	delay   time.Duration // every exec takes this long (a round trip)
 	resets  int
-	sizes   []int // of every batch
+	sizes   []int    // of every batch
+	kept    []string // keys of the Releases kept (keepOp)
 	closed  bool
 	busy    atomic.Bool // an exec is running: two at once is a bug
 }
@@ -72,7 +73,11 @@ func (f *fakeTransport) reset([]*request) {
 	f.mu.Unlock()
 }
 
-func (f *fakeTransport) keepOp(op) {}
+func (f *fakeTransport) keepOp(o op) {
+	f.mu.Lock()
+	f.kept = append(f.kept, o.key.(string))
+	f.mu.Unlock()
+}
 
 func (f *fakeTransport) tick(time.Time) bool { return false }
 
@@ -336,35 +341,241 @@ func TestLaneInlineAndWorker(t *testing.T) {
 	}
 }
 
-func TestLaneFailsFastWhileStalled(t *testing.T) {
+// stallLane returns a test lane whose worker holds a batch its master
+// does not answer (a frozen master, behind a client whose reads its
+// deadline does not bound), out for more than twice its 10ms timeout: the
+// master is marked not answering. release lets the batch come back.
+func stallLane(t *testing.T) (tl *testLane, release func()) {
+	t.Helper()
+	tl = newTestLane(t)
+	entered, release := tl.t.blockNext()
+	t.Cleanup(release)
+	tl.send(tl.req("stuck", 10*time.Millisecond), false)
+	<-entered
+	time.Sleep(30 * time.Millisecond)
+	if tl.lane.mu.Lock(); time.Now().Before(tl.stalled) {
+		t.Fatal("a batch out for three times its timeout does not mark its master")
+	}
+	tl.lane.mu.Unlock()
+	return tl, release
+}
+
+// queueLen returns how many requests wait in l's queue.
+func queueLen(l *lane) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}
+
+// TestLaneQueuesBehindAMasterNotAnswering: a request sent while the batch
+// in flight is overdue queues, since its own deadline allows it to wait,
+// and goes out once the master answers; it does not fail at once.
+func TestLaneQueuesBehindAMasterNotAnswering(t *testing.T) {
+	tl, release := stallLane(t)
+	tl.send(tl.req("next", time.Minute), false)
+	tl.send(tl.req("inline", time.Minute), true)
+	if errs := tl.errsOf("next"); len(errs) != 0 {
+		t.Fatalf("a request with a minute to wait, sent behind an overdue batch: %v at once, want it queued", errs)
+	}
+	if n := queueLen(tl.lane); n != 2 {
+		t.Fatalf("%d requests queued behind the overdue batch, want 2", n)
+	}
+	release()
+	tl.await(t, 3)
+	for _, k := range []string{"next", "inline"} {
+		if errs := tl.errsOf(k); len(errs) != 1 || errs[0] != nil {
+			t.Fatalf("%s, queued behind a batch whose master answered late: %v, want one success", k, errs)
+		}
+	}
+}
+
+// TestLaneQueueStaysBoundedWhileItsMasterIsNotAnswering: a frozen master
+// holds its batch, and callers keep sending; their requests queue, but at
+// most stalledQueue of them: beyond, a new request fails at once, so a
+// frozen master holds no growing queue. Once the master answers, the
+// queued ones go out.
+func TestLaneQueueStaysBoundedWhileItsMasterIsNotAnswering(t *testing.T) {
+	tl, release := stallLane(t)
+	const n = 1000
+	for i := range n {
+		tl.send(tl.req(fmt.Sprint("late-", i), time.Minute), i%2 == 0)
+	}
+	for i := range n {
+		errs := tl.errsOf(fmt.Sprint("late-", i))
+		switch {
+		case i < stalledQueue && len(errs) != 0:
+			t.Fatalf("request %d, sent while fewer than %d waited: %v before the master answered, want it queued", i, stalledQueue, errs)
+		case i >= stalledQueue && (len(errs) != 1 || !errors.Is(errs[0], errStalled) || !errors.Is(errs[0], context.DeadlineExceeded)):
+			t.Fatalf("request %d, sent while %d waited for a master not answering: %v, want errStalled at once", i, stalledQueue, errs)
+		}
+	}
+	if q := queueLen(tl.lane); q != stalledQueue {
+		t.Fatalf("%d requests queued behind a master not answering, want %d", q, stalledQueue)
+	}
+	release()
+	tl.await(t, n+1)
+	for i := range stalledQueue {
+		if errs := tl.errsOf(fmt.Sprint("late-", i)); len(errs) != 1 || errs[0] != nil {
+			t.Fatalf("queued request %d once the master answered: %v, want one success", i, errs)
+		}
+	}
+}
+
+// TestLaneMarksItsMasterByItsRequestsTimeouts: a request that waited most
+// of its timeout in the queue (behind a slow batch) goes out with little
+// of it left; its master has just been sent it, and is marked not
+// answering only after twice the request's whole timeout, counted from
+// when it was queued, not twice what was left of it.
+func TestLaneMarksItsMasterByItsRequestsTimeouts(t *testing.T) {
 	tl := newTestLane(t)
+	entered, release := tl.t.blockNext()
+	defer release()
+	tl.send(tl.req("slow", time.Minute), false)
+	<-entered
+	const timeout = 100 * time.Millisecond
+	queuedAt := time.Now()
+	tl.send(tl.req("late", timeout), false)
+	time.Sleep(timeout * 4 / 5)
+	entered, release2 := tl.t.blockNext()
+	defer release2()
+	release()
+	<-entered // "late" is out, with a fifth of its timeout left or less
+	tl.lane.mu.Lock()
+	stalled := tl.stalled
+	tl.lane.mu.Unlock()
+	if got := stalled.Sub(queuedAt); got < 2*timeout {
+		t.Fatalf("a request of a %v timeout queued, then sent after %v: its master is marked not answering %v after it was queued, want at least twice its timeout", timeout, timeout*4/5, got)
+	}
+	release2()
+	tl.await(t, 2)
+}
+
+// TestLaneDropsARequestWhoseDeadlinePassesBehindAStalledBatch: a request
+// queued behind a batch whose master does not answer, and whose deadline
+// passes before the master answers, is dropped (errQueued), never sent. When
+// the queue is full, such requests are taken out at once to make room, a
+// Release among them kept for the transport.
+func TestLaneDropsARequestWhoseDeadlinePassesBehindAStalledBatch(t *testing.T) {
+	tl, release := stallLane(t)
+	tl.send(tl.req("short", 5*time.Millisecond), false)
+	for i := range stalledQueue - 1 {
+		r := tl.req(fmt.Sprint("fill-", i), 5*time.Millisecond)
+		if i == 0 {
+			r.kind = opRelease
+		}
+		tl.send(r, false)
+	}
+	time.Sleep(20 * time.Millisecond) // their deadlines have passed
+	if errs := tl.errsOf("short"); len(errs) != 0 {
+		t.Fatalf("a queued request: %v before the queue was full or the master answered", errs)
+	}
+	tl.send(tl.req("long", time.Minute), false) // the queue is full: the expired ones make room
+	if errs := tl.errsOf("short"); len(errs) != 1 || !errors.Is(errs[0], errQueued) {
+		t.Fatalf("a request whose deadline passed in a full queue: %v, want errQueued at once", errs)
+	}
+	if errs := tl.errsOf("long"); len(errs) != 0 {
+		t.Fatalf("a request sent when expired ones filled the queue: %v, want it queued", errs)
+	}
+	if q := queueLen(tl.lane); q != 1 {
+		t.Fatalf("%d requests queued, want the one still wanted", q)
+	}
+	tl.send(tl.req("expiring", 5*time.Millisecond), false)
+	time.Sleep(20 * time.Millisecond)
+	release()
+	tl.await(t, stalledQueue+3)
+	if errs := tl.errsOf("expiring"); len(errs) != 1 || !errors.Is(errs[0], errQueued) || !errors.Is(errs[0], context.DeadlineExceeded) {
+		t.Fatalf("a request whose deadline passed while queued: %v, want errQueued", errs)
+	}
+	if errs := tl.errsOf("long"); len(errs) != 1 || errs[0] != nil {
+		t.Fatalf("the request still wanted: %v, want one success", errs)
+	}
+	tl.t.mu.Lock()
+	defer tl.t.mu.Unlock()
+	for _, k := range tl.t.seen {
+		if k != "stuck" && k != "long" {
+			t.Fatalf("%s was sent after its deadline passed in the queue (sent: %v)", k, tl.t.seen)
+		}
+	}
+	tl.lane.mu.Lock() // the Release taken out is kept, for the transport's next tick
+	kept := len(tl.kept) + len(tl.t.kept)
+	tl.lane.mu.Unlock()
+	if kept != 1 {
+		t.Fatalf("%d Releases kept, want the one taken out of the queue", kept)
+	}
+}
+
+// TestLaneRefusesAGoneCallerWithItsCauseWhileStalled: on a lane whose
+// master is not answering, a request whose caller has given up is not
+// queued: it fails at once as skipped (its round reports the context's
+// cause), not as the master's timeout, with room in the queue or not.
+func TestLaneRefusesAGoneCallerWithItsCauseWhileStalled(t *testing.T) {
+	tl, release := stallLane(t)
+	gone := make(chan struct{})
+	close(gone)
+	r := tl.req("gone", time.Minute)
+	r.done = gone
+	tl.send(r, false)
+	for i := range stalledQueue {
+		tl.send(tl.req(fmt.Sprint("fill-", i), time.Minute), false)
+	}
+	r = tl.req("gone-full", time.Minute)
+	r.done = gone
+	tl.send(r, false)
+	for _, k := range []string{"gone", "gone-full"} {
+		if errs := tl.errsOf(k); len(errs) != 1 || errs[0] != errSkipped {
+			t.Fatalf("%s: a request whose caller gave up, on a lane whose master is not answering: %v, want errSkipped at once", k, errs)
+		}
+	}
+	release()
+	tl.await(t, stalledQueue+3)
+}
+
+// TestLaneClosedWhileItsMasterIsNotAnswering: Close while the batch in
+// flight is overdue refuses new requests (ErrClosed), keeps a Release
+// nobody waits for, and once the master answers sends what was queued
+// before, drops what expired meanwhile (never sent), and exits, closing
+// its transport.
+func TestLaneClosedWhileItsMasterIsNotAnswering(t *testing.T) {
+	tl := &testLane{t: &fakeTransport{}, delivered: map[string][]error{}}
+	tl.lane = newLane(tl.t, tl.record)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go tl.work(&wg)
 	entered, release := tl.t.blockNext()
 	defer release()
 	tl.send(tl.req("stuck", 10*time.Millisecond), false)
 	<-entered
-	// Within twice its deadline's span the batch may still end in time:
-	// requests queue behind it.
+	time.Sleep(30 * time.Millisecond) // the master is not answering
 	tl.send(tl.req("queued", time.Minute), false)
-	time.Sleep(30 * time.Millisecond) // the stuck batch is now overdue
-	for i := range 1000 {
-		tl.send(tl.req(fmt.Sprint("late-", i), time.Minute), i%2 == 0)
+	tl.send(tl.req("expiring", 5*time.Millisecond), false)
+	tl.close()
+	tl.send(tl.req("after", time.Minute), false)
+	undo := tl.req("undo", time.Minute)
+	undo.kind = opRelease
+	tl.send(undo, false)
+	time.Sleep(20 * time.Millisecond) // "expiring" has expired
+	release()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker of a lane closed while its master was not answering did not exit once it answered")
 	}
-	tl.await(t, 1000)
-	tl.mu.Lock()
-	for i := range 1000 {
-		if errs := tl.delivered[fmt.Sprint("late-", i)]; len(errs) != 1 || !errors.Is(errs[0], errStalled) || !errors.Is(errs[0], context.DeadlineExceeded) {
-			t.Fatalf("request to a stalled lane got %v, want errStalled at once", errs)
+	want := map[string]error{"stuck": nil, "queued": nil, "expiring": errQueued, "after": ErrClosed, "undo": ErrClosed}
+	for k, w := range want {
+		if errs := tl.errsOf(k); len(errs) != 1 || !errors.Is(errs[0], w) || (w == nil && errs[0] != nil) {
+			t.Errorf("%s: %v, want one %v", k, errs, w)
 		}
 	}
-	tl.mu.Unlock()
-	tl.lane.mu.Lock()
-	queued := len(tl.queue)
-	tl.lane.mu.Unlock()
-	if queued != 1 {
-		t.Fatalf("%d requests queued behind the stalled batch, want only the one made before it was overdue", queued)
+	tl.t.mu.Lock()
+	defer tl.t.mu.Unlock()
+	if !slices.Equal(tl.t.seen, []string{"stuck", "queued"}) {
+		t.Errorf("sent %v, want [stuck queued]: what was queued before Close, and still wanted", tl.t.seen)
 	}
-	release()
-	tl.await(t, 1002)
+	if !slices.Equal(tl.t.kept, []string{"undo"}) || !tl.t.closed {
+		t.Errorf("kept Releases %v, transport closed %v: want [undo], handed over before it closed", tl.t.kept, tl.t.closed)
+	}
 }
 
 func TestLaneClosesAfterInline(t *testing.T) {
@@ -411,8 +622,9 @@ func parked(l *lane) {
 }
 
 // TestFrozenMasterQueueStaysBounded: a frozen master behind a client with
-// no read timeout holds its batch forever; callers that keep asking must
-// fail at once instead of piling requests into the lane's queue.
+// no read timeout holds its batch forever; callers that keep asking wait
+// for it no longer than their own deadline, and their requests must not
+// pile up in the lane's queue.
 func TestFrozenMasterQueueStaysBounded(t *testing.T) {
 	servers := redistest.Start(t, 1)
 	rdb := servers[0].Client(func(o *redis.Options) { o.ReadTimeout = 3 * time.Second })
@@ -463,13 +675,13 @@ func TestFrozenMasterQueueStaysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	// 32 callers for a second: every call failed (most at once, on a
-	// stalled lane), and only what came before the stall waited in a queue
-	// (a tick that sends kept Releases to the frozen master stalls the lane
-	// after twice the node timeout, as a batch does); unbounded, 32 callers
-	// queued 90k requests in 3s.
-	if most > 500 {
-		t.Fatalf("%d requests queued for a frozen master (%d calls)", most, calls.Load())
+	// 32 callers for a second: every call failed, at its node timeout or
+	// at once, and at most stalledQueue requests waited in the queue (a
+	// tick that sends kept Releases to the frozen master marks it not
+	// answering after twice the node timeout, as a batch does);
+	// unbounded, 32 callers queued 90k requests in 3s.
+	if most > stalledQueue {
+		t.Fatalf("%d requests queued for a frozen master (%d calls), want at most %d", most, calls.Load(), stalledQueue)
 	}
 	if calls.Load() < 64 {
 		t.Fatalf("only %d calls in a second: callers were held", calls.Load())
