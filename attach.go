@@ -26,6 +26,22 @@ import (
 // token: it is refused before any request, with an error matching both
 // ErrLockLost and [ErrInvalidArgument].
 //
+// A master that runs the confirmation after that validity would have ended,
+// by its clock, does nothing, as for [Lock.Extend].
+//
+// Hand-over: [Client.Obtain] returns once a quorum granted the lock, and
+// its request to another master may still be on its way when the lock is
+// handed over. So a Release of an attached handle that finds the key
+// absent on a master sends that master its Release once more, after the
+// longer of this Client's node timeout and 500ms, the longest default
+// node timeout (owner-checked: it never deletes another owner's key),
+// where the original Obtain's late key, landing after the first Release,
+// would otherwise stay for its whole TTL. The handle's Client owns that
+// second Release: [Client.Close] waits for its time and sends it. A
+// request of the original Obtain later than that (an obtaining Client with
+// a longer node timeout, a network that holds it longer) still leaves its
+// key until its TTL; so does a hand-over to a handle that never releases.
+//
 // A lock on several keys ([Client.ObtainMulti]) is attached with
 // [Client.AttachMulti] and its whole set: Attach of its first key alone
 // would renew that key only, and the others would expire while the handle
@@ -70,20 +86,29 @@ func (c *Client) attach(ctx context.Context, key string, set *keySet, token stri
 		ckey = counterKey(full)
 	}
 	start := time.Now()
-	l := &Lock{c: c, key: key, token: token, fence: fence, obtained: start}
+	l := &Lock{c: c, key: key, token: token, fence: fence, obtained: start, attached: true}
 	l.ttl.Store(int64(ttl))
 	l.op = c.newOp(opAcquire, full, ckey, token)
 	if set != nil {
 		l.op = set.acquire(token, nil)
 	}
+	valid := ttl - c.cfg.drift(ttl)
 	o := l.op.with(opExtend, c.boxTTL(ttl), fence)
 	o.retakeBy = int64(0) // never: the master's clock is always past it
+	// The confirmation serves the validity this handle counts on if it
+	// succeeds, from start: a master that runs it later (held up by the
+	// network, or frozen with it in its socket) does nothing, as for an
+	// Extend. The validity the original handle counts on is unknown here;
+	// the request's own deadline would be tighter, but would make every
+	// Attach fail on a master whose clock reads ahead of its bounds by a
+	// node timeout (its offset unknown: request.bounds).
+	o.validBy = start.Add(valid).UnixMilli()
 	timeout := c.cfg.timeout(ttl)
 	rd := c.fanout(ctx, o, start.Add(timeout), timeout)
 	defer rd.done()
-	valid := ttl - c.cfg.drift(ttl)
 	if rd.ok >= c.quorum && time.Since(start) < valid {
 		l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
+		l.known = c.told()
 		return l, nil
 	}
 	if rd.refused > len(c.nodes)-c.quorum {

@@ -182,6 +182,14 @@ func TestAttachConfirmsOnTheMasters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Obtain returns at a quorum: the third master's SET may still be on
+	// its way, and an Attach that overtook it would find no key there.
+	redistest.Eventually(t, func() error {
+		if n := count(holdersOf(t, clients, "job"), l.Token()); n != 3 {
+			return fmt.Errorf("%d masters hold the key, want 3", n)
+		}
+		return nil
+	})
 	other := newClient(t, clients, redlock.WithFencing()) // another process
 	a, err := other.Attach(ctx, "job", l.Token(), time.Minute, l.Fence())
 	if err != nil {

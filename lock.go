@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -24,6 +25,10 @@ type Lock struct {
 	obtained    time.Time
 	holdAtLeast time.Duration // WithHoldAtLeast; 0 without
 	keptUntil   time.Time     // a Release kept the key until then; guarded by mu
+	// attached says the handle did not obtain the lock (Client.Attach):
+	// its Release goes once more to a master where it found the key
+	// absent (op.recheck).
+	attached bool
 
 	mu        sync.Mutex   // serialises Extend and Release
 	ttl       atomic.Int64 // of the last Obtain or Extend, a time.Duration; written under mu
@@ -36,7 +41,13 @@ type Lock struct {
 	// confirmed the delete, those that may have run it, and the validity's
 	// end when the first Release began (ns since c.epoch).
 	deleted, reached atomic.Uint64
-	keyEnd           atomic.Int64
+	// known: the masters whose process the Client knew (node.told) when
+	// the lock was obtained; written once before the Lock is returned.
+	known  uint64
+	keyEnd atomic.Int64
+	// lapsed says the validity had ended when the first Release began:
+	// every Release then reports the lock lost.
+	lapsed atomic.Bool
 
 	// refusal is why an Extend found the lock lost to refusals, for a
 	// watchdog that then sees the validity at 0.
@@ -129,9 +140,18 @@ func (l *Lock) Validity() time.Duration {
 // one renewed); Release still frees the lock at once.
 //
 // No request of Extend takes effect after the lock's validity has ended: its
-// requests' deadline is capped at that end, and a master re-takes a vanished
-// key only until then. So a lapsed lock is never revived, whatever the
-// network delays.
+// requests' deadline is capped at that end, and a request that reaches a
+// master later (held up by the network, or in the socket of a master that
+// froze) does nothing there: neither the re-take of a vanished key nor the
+// longer TTL of a key still ours, by the master's clock. So a lapsed lock is
+// never revived, whatever the delays. The masters' clocks need not agree
+// with the client's: each fresh connection measures its master's offset,
+// and the bounds go out in that master's clock. Where the offset cannot be
+// measured (an ACL that denies INFO, a Redis Cluster master) it is taken
+// as 0: a master whose clock is behind by d may then run a request up to d
+// late, and one ahead by more than the validity left when Extend starts
+// answers with a failure; so does a master whose clock jumped since its
+// offset was measured, until the next fresh connection.
 //
 // It returns an error matching [ErrLockLost] when the validity had already
 // run out or ran out before a quorum confirmed, or when refusals rule out a
@@ -183,13 +203,14 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 		return c.unanswered("extend", nil, context.Cause(ctx), nil)
 	}
 	timeout := c.cfg.timeout(ttl)
-	deadline := start.Add(timeout)
-	if end.Before(deadline) {
-		deadline = end
-	}
+	// Both bounds on start's wall clock reading: the masters compare them
+	// with theirs (extendScript).
+	left := end.Sub(start)
+	deadline := start.Add(min(timeout, left))
 	o := l.op.with(opExtend, c.boxTTL(ttl), l.fence)
 	d := capDeadline(ctx, deadline)
 	o.retakeBy = d.UnixMilli()
+	o.validBy = start.Add(left).UnixMilli()
 	o.halt = &l.releasing // a Release that begins meanwhile: not sent
 	rd := c.fanout(ctx, o, deadline, timeout)
 	defer rd.done()
@@ -246,20 +267,27 @@ func (l *Lock) KeptUntil() time.Time {
 
 // Release deletes the lock on every master where it still holds our token,
 // and never deletes another owner's key. It returns nil when a quorum
-// confirmed the delete; an error matching [ErrLockLost] when refusals show
-// our token was gone from more than N - quorum masters (the lock had lapsed
-// or been taken: work done under it may have overlapped); otherwise an error
-// matching [ErrUnavailable] with each master's answer, and the keys left
-// expire with their TTL. Validity is 0 after Release, whatever it returns,
-// and a watchdog of the lock stops.
+// confirmed the delete of a lock still valid when Release began. It returns
+// an error matching [ErrLockLost] (work done under the lock may have
+// overlapped with another holder's) when the lock's validity had ended
+// before the first Release began (a watchdog found it lost, an Extend did,
+// or it lapsed: [Lock.Validity] was 0), whatever the masters answer; the
+// Release still deletes every key that holds our token, and the error says
+// that the validity had ended. It also returns one when refusals show our
+// token was gone from more than N - quorum masters (the lock had lapsed or
+// been taken). Otherwise it returns an error matching [ErrUnavailable] with
+// each master's answer, and the keys left expire with their TTL. Validity is
+// 0 after Release, whatever it returns, and a watchdog of the lock stops.
 //
 // Release waits for an Extend of the caller's in flight on the same lock (a
 // watchdog's renewal gives way at once); when ctx ends first, the Release
 // still goes out behind that Extend, and Release returns an error matching
-// ErrUnavailable.
+// ErrUnavailable (ErrLockLost for a lock whose validity had ended), and a
+// later call tries again.
 //
-// Once a Release has returned nil or ErrLockLost, later calls return nil at
-// once: a deferred Release after an explicit one is no alarm. After a
+// Once a Release has returned nil or ErrLockLost, other than after giving
+// up on an Extend in flight, later calls return nil at once: a deferred
+// Release after an explicit one is no alarm. After a
 // Release that merely failed to reach the masters, another call tries again,
 // and counts a key found gone (or another owner's) on a master as deleted
 // by the first when the first was sent there while the lock was valid and
@@ -289,7 +317,9 @@ func (l *Lock) release(ctx context.Context) error {
 		return nil // decided before: no need to wait for an Extend holding l.mu
 	}
 	if !l.releasing.Swap(true) {
-		l.keyEnd.Store(l.until.Load())
+		until := l.until.Load()
+		l.keyEnd.Store(until)
+		l.lapsed.Store(until == 0 || time.Duration(until) <= time.Since(l.c.epoch))
 	}
 	l.setUntil(0) // the watchdog stops now, whoever holds l.mu
 	if err := l.lockFor(ctx); err != nil {
@@ -324,11 +354,26 @@ func (l *Lock) releaseOp() (op, time.Duration, time.Time) {
 		o.ttl, kept = int64(ms), now.Add(rest)
 	}
 	o.deleted, o.reached = l.deleted.Load(), l.reached.Load()
-	o.keyEnd, o.since = c.epoch.Add(time.Duration(l.keyEnd.Load())), l.obtained
+	o.keyEnd, o.since, o.known = c.epoch.Add(time.Duration(l.keyEnd.Load())), l.obtained, l.known
 	// The key expires at the latest ttl after the last Extend ran, before
 	// now; twice that leaves room for the masters' clocks.
 	o.stale = now.Add(2*ttl + max(rest, 0))
-	return o, c.cfg.timeout(ttl), kept
+	timeout := c.cfg.timeout(ttl)
+	if l.attached {
+		// The Obtain that took the lock returned at a quorum, maybe with
+		// its request to another master still on the way; it went out
+		// within the node timeout of that Obtain's start, before the
+		// hand-over: a master where this Release finds the key absent gets
+		// it once more that long from now, so that such a request, landing
+		// after this Release, leaves no key for a whole TTL. The obtaining
+		// Client's node timeout is not known here: the longer of this
+		// one's and the default's longest (500ms) stands for it
+		// (TestHandOverLeavesNoStrayKey,
+		// TestHandOverRecheckOutwaitsTheObtainersNodeTimeout).
+		o.recheck = now.Add(max(timeout, maxDefaultNodeTimeout))
+		o.stale = later(o.stale, o.recheck.Add(timeout))
+	}
+	return o, timeout, kept
 }
 
 // releaseBehind sends the Release of a caller that gave up waiting for
@@ -347,6 +392,9 @@ func (l *Lock) releaseBehind(cause error) error {
 		}
 		l.reached.Or(all)
 	}
+	if l.lapsed.Load() {
+		return lapsedError(c.unanswered("release", &o, cause, ErrLockLost))
+	}
 	return c.unanswered("release", &o, cause, nil)
 }
 
@@ -358,9 +406,13 @@ func (l *Lock) releaseBehind(cause error) error {
 func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	c := l.c
 	o, timeout, kept := l.releaseOp()
+	lapsed := l.lapsed.Load()
 	if ctx.Err() != nil {
 		o.deadline, o.vals = time.Now().Add(timeout), ctx
 		l.released.Store(true)
+		if lapsed {
+			return lapsedError(c.unanswered("release", &o, context.Cause(ctx), ErrLockLost))
+		}
 		return c.unanswered("release", &o, context.Cause(ctx), nil)
 	}
 	now := time.Now()
@@ -383,7 +435,6 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	}
 	if rd.ok >= c.quorum {
 		l.released.Store(true)
-		l.keptUntil = kept
 		if o.set == nil && o.ttl == nil {
 			for i := range rd.nodes {
 				if rd.nodes[i].Err == nil && rd.vals[i] == 2 { // the turn went to a queued Client
@@ -392,11 +443,32 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 				}
 			}
 		}
+		l.keptUntil = kept
+		if lapsed {
+			return lapsedError(c.quorumError("release", rd, ErrLockLost))
+		}
 		return nil
+	}
+	if lapsed {
+		l.released.Store(true)
+		return lapsedError(c.quorumError("release", rd, ErrLockLost))
 	}
 	if rd.refused > len(c.nodes)-c.quorum {
 		l.released.Store(true)
 		return c.quorumError("release", rd, ErrLockLost)
 	}
 	return c.quorumError("release", rd, nil)
+}
+
+// lapsedError makes err, a Release's *QuorumError, say that the lock was
+// lost because its validity had ended before the first Release began,
+// whatever the masters answered: the work may have overlapped with another
+// holder's, even where the keys were still ours to delete.
+// (TestReleaseAfterTheValidityEndedSaysLost)
+func lapsedError(err error) error {
+	var qe *QuorumError
+	if errors.As(err, &qe) {
+		qe.kind, qe.why = ErrLockLost, "the validity had ended before Release began"
+	}
+	return err
 }

@@ -52,8 +52,22 @@ type node struct {
 	// since epoch; 0 if never.
 	epoch     time.Time
 	restarted atomic.Int64
+	// clock is the master's clock offset, in ms: its wall clock minus the
+	// client's, as the last fresh connection to it measured (sawClock);
+	// 0 where none did. An Extend's bounds reach the master in its own
+	// clock: request.build adds it.
+	clock atomic.Int64
+	// clockKnown says the last fresh connection measured clock.
+	clockKnown atomic.Bool
 	// budget bounds a tick's (and Close's) sending of kept Releases.
 	budget time.Duration
+	// told says the master answered the run_id question (with one, or by
+	// denying INFO), or never will (a Cluster master): a lock obtained
+	// before then cannot tell a restart since (op.known).
+	told atomic.Bool
+	// changed, if set, runs when a lane sees the master's run_id change:
+	// a restart, or a failover to another process.
+	changed func()
 	// taken is closed once a lane of a standalone master has taken a
 	// connection of its own (transport.take): the waker's subscriptions
 	// wait for it (wake.go, waker.run).
@@ -64,12 +78,68 @@ type node struct {
 // sawRunID records the run_id a fresh connection read, and notes a
 // restart when it differs from the one known before.
 func (n *node) sawRunID(run string) {
+	n.told.Store(true)
 	if run == "" {
 		return // not allowed to ask: restarts go unseen
 	}
 	if was := n.runID.Swap(&run); was != nil && *was != run {
 		n.restarted.Store(int64(max(time.Since(n.epoch), 1)))
+		if n.changed != nil {
+			n.changed() // the Client's subscriptions may be on the old process (waker.probe)
+		}
 	}
+}
+
+// sawClock records the master's clock offset as a fresh connection
+// measured it (transport.identify): the master's wall clock (usec, the
+// server_time_usec of its INFO server reply) minus the client's when the
+// reply arrived (at). ok false, a master that did not say (INFO denied, a
+// Redis without the field), records 0: the client's clock is taken for
+// the master's, the assumption that the clocks agree.
+//
+// The master read its clock somewhere within the round trip, so the
+// client's reading at the middle of it is the best guess, off by up to
+// half the round trip either way: the two legs need not take as long, and
+// a master that is busy, or was frozen, runs the command late in it,
+// which makes the middle's offset too high, the unsafe way. Taken at the
+// round trip's end instead (the master read its clock before then), the
+// offset can only be low, by at most the round trip: the bounds reach the
+// master early, never late. Early costs at most this: a renewal that
+// reaches that master within the round trip of its bound does nothing
+// there (errPastValidity: a failure of that master's, never a loss), and
+// a re-take then finds the key gone, as it is; late would let a straggler
+// run past the validity. It is floored to the millisecond for the same
+// reason. (TestClockOffsetIsMeasuredOnEveryFreshConnection)
+//
+// The offset holds until the lane's next fresh connection (see connTurn
+// and connIdle; a failure drops the connection too; a watchdog's renewals
+// may keep one for long): a clock that jumps meanwhile, the master's or
+// the client's wall clock, moves the bounds by the jump. A master's
+// clock jumped ahead refuses that master's renewals (errPastValidity: a
+// failure, never a loss; the other masters still make a quorum) and its
+// re-takes; one jumped back may run a straggler as late as the jump, as
+// it keeps every key longer by the jump: Redlock holds while the clocks'
+// rates agree, not across jumps. A refusal past the validity
+// (errPastValidity) where the offset was measured gives the lane's
+// connection back, so that the next request measures it again: a step
+// of either clock, or a rate that drifted over the connection's life,
+// costs one failed renewal, not the lock
+// (TestLockObtainedAfterAMasterClockStepIsRenewed,
+// TestMasterClockRunningFastWithinTheDriftLosesNoWatchedLock,
+// TestClientClockSteppedBackLosesNoWatchedLock,
+// TestStaleClockOffsetFailsThatMasterOnly)
+func (n *node) sawClock(usec int64, at time.Time, ok bool) {
+	n.clockKnown.Store(ok)
+	if !ok {
+		n.clock.Store(0)
+		return
+	}
+	d := usec*1000 - at.UnixNano()
+	ms := d / 1e6
+	if d%1e6 < 0 {
+		ms-- // floored: the offset may only err low
+	}
+	n.clock.Store(ms)
 }
 
 // restartedAfter reports whether the master was seen to restart after t.
@@ -78,8 +148,8 @@ func (n *node) restartedAfter(t time.Time) bool {
 	return d != 0 && n.epoch.Add(time.Duration(d)).After(t)
 }
 
-func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, reqs *sync.Pool, wg *sync.WaitGroup) *node {
-	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), one: single, reqs: reqs, epoch: time.Now(), budget: tickBudget, taken: make(chan struct{})}
+func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, reqs *sync.Pool, wg *sync.WaitGroup, changed func()) *node {
+	n := &node{rdb: rdb, addr: addr, inl: single && boundedByDeadline(rdb), one: single, reqs: reqs, epoch: time.Now(), budget: tickBudget, taken: make(chan struct{}), changed: changed}
 	if cfg.nodeTimeout > 0 {
 		n.budget = min(tickBudget, cfg.nodeTimeout)
 	}
@@ -97,6 +167,7 @@ func newNode(rdb redis.UniversalClient, addr string, single bool, cfg *config, r
 	// of one run to the next.
 	// A Cluster master gets a lane per shard besides (shards.go).
 	n.cluster, _ = rdb.(*redis.ClusterClient)
+	n.told.Store(n.cluster != nil) // no connection of its own asks it
 	n.resends = resending(rdb)
 	n.wg = wg
 	n.lane = n.newLane()
@@ -194,7 +265,7 @@ func (n *node) deliver(r *request) {
 		rd.unref()
 	}
 	r.op, r.cmd, r.rd, r.val, r.err = op{}, nil, nil, 0, nil
-	r.acked, r.ackMs, r.ackErr = 0, 0, nil
+	r.acked, r.ackMs, r.ackErr, r.skew = 0, 0, nil, 0
 	clear(r.argv[:]) // the commands keep r.argv as their arguments
 	n.reqs.Put(r)
 }

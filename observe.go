@@ -170,7 +170,9 @@ func (c *Client) health(ctx context.Context, rd *round) {
 		switch {
 		case err == errNoReply || err == errNotAsked || errors.Is(err, errSkipped):
 			// decided without it, or not asked: no news
-		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || answered(err):
+		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || err == errPastValidity || answered(err):
+			// The master answered: errPastValidity is its clock's refusal
+			// of an Extend, not silence. (TestPastValidityAnswerIsNoMasterDown)
 			if n.down.CompareAndSwap(true, false) {
 				c.observe(ctx, &MasterEvent{Addr: n.addr, Up: true})
 			}

@@ -181,7 +181,7 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 			c.sharded = true
 			c.shardedMask |= bit(i)
 		}
-		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.cfg, &c.requests, &c.wg))
+		c.nodes = append(c.nodes, newNode(m, addrOf(m, i), len(masters) == 1, &c.cfg, &c.requests, &c.wg, func() { c.masterChanged(i) }))
 	}
 	c.initPools()
 	return c, nil
@@ -492,6 +492,7 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *ke
 		valid := ttl - c.cfg.drift(ttl)
 		if time.Since(start) < valid { // one monotonic clock reading, where time.Now takes two
 			l.until.Store(int64(start.Add(valid).Sub(c.epoch)))
+			l.known = c.told()
 			var nodes []NodeError
 			if c.cfg.obs != nil {
 				nodes = slices.Clone(rd.nodes)
@@ -533,6 +534,18 @@ func (c *Client) try(ctx context.Context, key string, ttl time.Duration, set *ke
 }
 
 var errLapsed = fmt.Errorf("redlock: acquired, but the attempt took longer than the validity: %w", context.DeadlineExceeded)
+
+// told returns the masters (bit i) that answered the run_id question
+// (node.told): a lock obtained now can tell their restarts since.
+func (c *Client) told() uint64 {
+	var m uint64
+	for i, n := range c.nodes {
+		if n.told.Load() {
+			m |= bit(i)
+		}
+	}
+	return m
+}
 
 // boxTTL returns ttl in milliseconds as a command argument. Boxing an
 // int64 allocates; most callers use one TTL, so the last box is kept.

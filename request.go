@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,10 @@ type op struct {
 	key, ckey, token any // strings; ckey is nil without fencing
 	ttl, fence       any // int64 milliseconds, int64
 	retakeBy         any // int64 Unix milliseconds: an Extend re-takes a vanished key only until then
+	// validBy, for an Extend, is the end of the validity it serves, in
+	// int64 Unix milliseconds: a master runs nothing of it past then
+	// (extendScript). nil leaves the re-take deadline as that bound.
+	validBy any
 	// turn is a string: a waiting acquire's Client id and the turn queue it
 	// carries (waitScript); for an opAcquire (a waiter's plain acquire),
 	// the value to set (the token, the wait mark and the queue), nil for
@@ -63,7 +68,14 @@ type op struct {
 	// Release kept for a master that did not answer becomes pointless: the
 	// key has expired by then.
 	deleted, reached     uint64
+	known                uint64 // the lock's masters whose process the Client knew when it was obtained (Lock.known)
 	keyEnd, since, stale time.Time
+	// recheck, for a Release by a handle that did not obtain its lock
+	// (Client.Attach), is when to send it once more to a master where it
+	// found the key absent: the original Obtain's request there may still
+	// be on its way, and land after it (TestHandOverLeavesNoStrayKey).
+	// notBefore, for a kept Release, is when it may go: its recheck.
+	recheck, notBefore time.Time
 	// halt, for an Extend, is the lock's releasing flag: a request still
 	// queued when a Release has begun is not sent, so that it cannot
 	// re-take a key the Release deleted.
@@ -101,7 +113,7 @@ func newOp(kind opKind, key, ckey, token string) op {
 // Client.boxTTL), for the kinds that take one; fence is boxed only for the
 // kinds that send it.
 func (o op) with(kind opKind, ttl any, fence int64) op {
-	o.kind, o.ttl, o.fence, o.retakeBy, o.turn = kind, ttl, nil, nil, nil
+	o.kind, o.ttl, o.fence, o.retakeBy, o.validBy, o.turn = kind, ttl, nil, nil, nil, nil
 	if kind == opRaise || (kind == opExtend && o.ckey != nil) {
 		o.fence = fence
 	}
@@ -110,7 +122,7 @@ func (o op) with(kind opKind, ttl any, fence int64) op {
 
 // maxArgs is the most arguments a request's command has (EVALSHA of the
 // fenced extend).
-const maxArgs = 9
+const maxArgs = 10
 
 // A request is one op on one master. Requests are pooled: the node returns
 // one to the pool once it has delivered its reply.
@@ -136,6 +148,46 @@ type request struct {
 	// Commands kept for reuse, by their number of arguments: a command's
 	// arguments are r.argv[:n], refilled for each request.
 	cmds [maxArgs + 1]*redis.Cmd
+
+	// skew is the master's clock offset in ms (node.clock), which the
+	// transport sets before build: an Extend's bounds, the re-take
+	// deadline and the validity's end, travel in the op as the client's
+	// wall clock reads them, shared by the round's requests, and reach
+	// each master as its own clock reads them (bounds). eval says build
+	// made an EVAL, for a rebuild with another offset (transport.rebase).
+	skew  int64
+	eval  bool
+	bound [2]unixMs // back the bounds' arguments when skew is not 0
+}
+
+// A unixMs is a time in Unix milliseconds, a request's own argument: a
+// pointer to it goes in the command's arguments, where a boxed int64
+// would allocate for every request. go-redis writes it with
+// MarshalBinary, into buf, and a hook that prints the command sees
+// String.
+type unixMs struct {
+	ms  int64
+	buf [20]byte
+}
+
+func (m *unixMs) MarshalBinary() ([]byte, error) { return strconv.AppendInt(m.buf[:0], m.ms, 10), nil }
+func (m *unixMs) String() string                 { return strconv.FormatInt(m.ms, 10) }
+
+// bounds returns the re-take deadline and the validity's end of r, an
+// Extend, as its master's clock reads them: the op's values (the client's
+// wall clock) plus the master's offset. With no offset, or a bound not
+// sent (nil) or never met (0: Attach's re-take), the op's own box.
+func (r *request) bounds() (retake, valid any) {
+	return r.shift(0, r.retakeBy), r.shift(1, r.validBy)
+}
+
+func (r *request) shift(i int, v any) any {
+	ms, ok := v.(int64)
+	if !ok || ms <= 0 || r.skew == 0 {
+		return v
+	}
+	r.bound[i].ms = ms + r.skew
+	return &r.bound[i]
 }
 
 // build makes r's command: EVALSHA, or EVAL when eval is set. With fresh
@@ -143,8 +195,21 @@ type request struct {
 func (r *request) build(eval, fresh bool) {
 	var s *script
 	a := r.argv[:0]
+	r.eval = eval
 	if r.set != nil {
+		if r.kind != opExtend {
+			s, a = r.set.args(&r.op, a, r.sharded&bit(r.idx) != 0)
+			r.script(s, a, eval, fresh)
+			return
+		}
+		retake, valid := r.bounds()
+		was := r.retakeBy
+		r.retakeBy = retake // in the set's own arguments
 		s, a = r.set.args(&r.op, a, r.sharded&bit(r.idx) != 0)
+		r.retakeBy = was
+		if valid != nil {
+			a = append(a, valid) // last, after the set's own arguments (extendSetScript)
+		}
 		r.script(s, a, eval, fresh)
 		return
 	}
@@ -173,10 +238,14 @@ func (r *request) build(eval, fresh bool) {
 	case opRaise:
 		s, a = &raiseScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.fence)
 	case opExtend:
+		retake, valid := r.bounds()
 		if r.ckey == nil {
-			s, a = &extendScript, append(a, nil, nil, 1, r.key, r.token, r.ttl, r.retakeBy)
+			s, a = &extendScript, append(a, nil, nil, 1, r.key, r.token, r.ttl, retake)
 		} else {
-			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, r.retakeBy)
+			s, a = &extendFencedScript, append(a, nil, nil, 2, r.key, r.ckey, r.token, r.ttl, r.fence, retake)
+		}
+		if valid != nil {
+			a = append(a, valid)
 		}
 	case opAcquireWait: // safe to send again: it finds our own token
 		if r.ckey == nil {
@@ -288,12 +357,25 @@ func (r *request) result(n *node) (int64, error) {
 		return -v, ErrTaken
 	case r.kind == opRelease && r.deletedBefore(n):
 		return 0, nil
+	case r.kind == opExtend && v == -2:
+		return 0, errPastValidity
 	case v == 0:
 		return 0, ErrTaken
 	default:
 		return 0, errAbsent
 	}
 }
+
+// errPastValidity is the answer of a master that ran an Extend past the
+// end of the validity it served, by its clock, and so did nothing
+// (extendScript). Its reply came before the request's deadline, by the
+// client's clock, which only a master clock that reads ahead of the
+// bound it was sent allows (its offset unknown, measured low, or stale
+// after a jump: node.sawClock): a failure of that master's, not a
+// refusal, so that a clock alone never makes a lock lost; but an answer,
+// so the master is not reported down (Client.health).
+// (TestStaleClockOffsetFailsThatMasterOnly)
+var errPastValidity = errors.New("redlock: not extended: the master's clock was past the lock's validity end (is it ahead of the client's?)")
 
 // pair reads the {flag, number} reply of waitScript: the fence (or 0) when
 // taken, or the key's PTTL with ErrTaken when held by another owner.
@@ -317,13 +399,16 @@ func (r *request) pair() (int64, error) {
 // ours and no answer came, and the master is not seen to have restarted
 // since the lock was obtained (a restart without persistence loses the
 // key, and another owner may have held the lock since). A master whose
-// run_id the client may not read (INFO denied) is not seen to restart.
+// run_id the client may not read (INFO denied) is not seen to restart; one
+// whose run_id the Client had not learnt yet when the lock was obtained
+// (it never answered the Obtain) may have restarted unseen, and its empty
+// key is nobody's doing (TestRetriedReleaseReportsALossOnAMasterNeverHeardFrom).
 func (r *request) deletedBefore(n *node) bool {
 	b := bit(r.idx)
 	if r.deleted&b != 0 {
 		return true
 	}
-	return r.reached&b != 0 && (n == nil || !n.restartedAfter(r.since))
+	return r.reached&b != 0 && (n == nil || r.known&b != 0 && !n.restartedAfter(r.since))
 }
 
 // wantsAcks reports whether r is a grant that, with WithReplicaAcks, counts

@@ -98,12 +98,20 @@ func TestReleaseAfterAnEarlierOne(t *testing.T) {
 		{"reached, restarted since: another's", 0, 0b10, restarted, 0, ErrTaken},
 		{"reached elsewhere", 0, 0b01, quiet, -1, errAbsent},
 	} {
-		r := &request{op: op{kind: opRelease, deleted: tc.deleted, reached: tc.reached, since: obtained}, idx: 1}
+		r := &request{op: op{kind: opRelease, deleted: tc.deleted, reached: tc.reached, since: obtained, known: 0b11}, idx: 1}
 		r.cmd = redis.NewCmd(context.Background())
 		r.cmd.SetVal(tc.val)
 		if _, err := r.result(tc.n); err != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
+	}
+	// A master whose process the Client did not know when the lock was
+	// obtained may have restarted unseen: its empty key is nobody's doing.
+	r := &request{op: op{kind: opRelease, reached: 0b10, since: obtained, known: 0b01}, idx: 1}
+	r.cmd = redis.NewCmd(context.Background())
+	r.cmd.SetVal(int64(-1))
+	if _, err := r.result(quiet); err != errAbsent {
+		t.Errorf("reached, process unknown at the obtain: gone: %v, want %v", err, errAbsent)
 	}
 	if bit(64) != 0 || bit(63) != 1<<63 {
 		t.Errorf("bit(63) = %#x, bit(64) = %#x", bit(63), bit(64))

@@ -15,7 +15,12 @@ import "time"
 // a long-lived connection whose reader sees the socket fail the moment the
 // master goes, and whose re-subscription says when it answers again: at
 // once after a short restart, else within the subscription's retry delay
-// (50ms, doubling to 250ms while the master stays down). While a watchdog
+// (50ms, doubling to 250ms while the master stays down). A change of master
+// that breaks no connection (a Sentinel failover that demotes the old
+// master, a connection cut silently while the master restarted) is found
+// by the subscription's probe within probeEvery (250ms), which makes the
+// subscription again on the master the Client's requests reach: a break,
+// and a reset once confirmed. While a watchdog
 // runs, its Client keeps that subscription to every standalone or Sentinel
 // master (the wake channel, shared with the Client's waiters), and lets it
 // linger as waiters' do. Not to a Redis Cluster: there each key announces
@@ -25,10 +30,13 @@ import "time"
 // Rules, each with the test that fails when it breaks:
 //   - A subscription confirmed again after it broke renews every watchdog
 //     of the Client at once, and a renewal that then fails is tried again
-//     within 4 x resetGap, still owed; the first confirmation renews
-//     nothing, nor does the end of a subscription nobody uses any more (TestWatchdogRenewsAtOnceAfterARestart,
+//     within 4 x resetGap, still owed; a first confirmation renews nothing
+//     unless attempts failed before it (the master may have restarted
+//     since the lock was taken), nor does the end of a subscription nobody
+//     uses any more (TestWatchdogRenewsAtOnceAfterARestart,
 //     TestWatchdogTellsAtOnceWhenARestartLostTheLock,
 //     TestWatchdogHearsALongerOutageSoon,
+//     TestWatchdogHearsARestartDuringItsFirstSubscribe,
 //     TestWatchdogIgnoresTheEndOfAnUnusedSubscription).
 //   - A watchdog renews on such a signal at most once per resetGap, the
 //     signals in between folded into one renewal at its end; a renewal

@@ -106,6 +106,7 @@ func toldWithin(t *testing.T, wctx context.Context, reset time.Time, bound time.
 	t.Helper()
 	select {
 	case <-wctx.Done():
+		t.Logf("the work was told %v after the reset", time.Since(reset).Round(time.Millisecond))
 		if d := time.Since(reset); d > bound {
 			t.Errorf("told %v after the reset, want within %v", d.Round(time.Millisecond), bound)
 		}

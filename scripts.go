@@ -116,37 +116,67 @@ return 0
 // cut a lock a later Extend renewed. A key held longer than its holder
 // counts on costs others only a longer wait.
 //
-// The re-take is refused past the re-take deadline, by the master's clock:
-// the lock's validity end, or the request's own deadline if sooner. A
-// request that arrives later finds its caller gone, and the lock maybe
-// lapsed and held and released by another owner since: it must not revive
-// it. The deadline is the client's wall clock, so the guard assumes the two
-// clocks agree within the validity; when they do not, re-takes are refused
-// early or late, and the client, which never counts a reply that came after
-// its deadline, is not misled either way.
+// Nothing of it runs once the validity it served has ended, by the
+// master's clock: the lock's validity end as the client counted it when it
+// sent the Extend (ARGV[4]). A request held up past it (a master frozen
+// with the request in its socket, a late network) finds its caller gone
+// and the lock counted lost; had an earlier renewal whose success the
+// client never counted kept the key, a PEXPIRE would revive the lapsed
+// lock there for a whole TTL. (TestExtendHeldUpByAFrozenMasterDoesNotReviveALapsedLock)
+// The re-take has a tighter bound, the re-take deadline: the validity end,
+// or the request's own deadline if sooner. A re-take that arrives later
+// finds its caller gone, and the key maybe deleted by the Release that
+// followed, or the lock lapsed and held and released by another owner
+// since: it must not revive it.
+//
+// Both bounds are read against the master's TIME, so they come in the
+// master's own clock: the client counts them on its wall clock and adds
+// the master's clock offset, measured on every fresh connection
+// (request.bounds, node.sawClock), so that Redlock needs the clocks to
+// agree in rate only, not in reading. The offset may err low only (by up
+// to that connection's round trip): the bounds reach the master early,
+// never late. Where no offset is known (INFO denied, a Cluster master)
+// it is 0, and the guard assumes the clocks agree: within the time the
+// lock has left when the Extend is sent for the PEXPIRE (two thirds of
+// the TTL for a watchdog's renewal at ttl/3), within the node timeout for
+// the re-take. A master whose clock reads ahead of its bounds (offset
+// unknown, or its clock jumped since it was measured) refuses early (-2
+// counts as that master's failure, not as a loss; a re-take refused reads
+// as the key gone); one that reads behind runs a straggler late by as
+// much. The client never counts a reply that came after its deadline, so
+// it is not misled either way. (TestExtendOnAMasterWhoseClockIsAhead,
+// TestMasterClockBehindRunsNoStragglerPastTheValidity) Without ARGV[4] the
+// re-take deadline bounds the PEXPIRE too.
 //
 //	KEYS[1]  lock key
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
-//	ARGV[3]  re-take deadline, Unix time in milliseconds
+//	ARGV[3]  re-take deadline, Unix time in milliseconds by the master's clock
+//	ARGV[4]  the validity's end, Unix time in milliseconds by the master's clock
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
-//	         -1 absent and past the re-take deadline
+//	         -1 absent and past the re-take deadline, -2 ours and past the
+//	         validity's end (nothing done)
 var extendScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
+local mine = v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!')
+if v and not mine then
+	return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if mine then
+	if now >= tonumber(ARGV[4] or ARGV[3]) then
+		return -2
+	end
 	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
-if v == false then
-	local t = redis.call('TIME')
-	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[3]) then
-		return -1
-	end
-	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-	return 2
+if now >= tonumber(ARGV[3]) then
+	return -1
 end
-return 0
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 2
 `,
-	"44257a65b66b6aca44720e51beb838a10fe19686")
+	"50ba4fffa95c7bdc1906a11a8f9f075a7deae60c")
 
 // acquireFencedScript takes the lock like SET NX PX and, when it did,
 // increments the key's fence counter.
@@ -185,35 +215,43 @@ return 1
 	"2146193a430b154a35465017df7475d61c8cfea4")
 
 // extendFencedScript is extendScript for fenced locks: re-taking a vanished
-// key also raises that master's counter to the lock's fence.
+// key also raises that master's counter to the lock's fence. The same two
+// bounds hold, in the master's clock.
 //
 //	KEYS[1]  lock key
 //	KEYS[2]  fence counter
 //	ARGV[1]  owner token
 //	ARGV[2]  TTL in milliseconds
 //	ARGV[3]  the lock's fence
-//	ARGV[4]  re-take deadline, Unix time in milliseconds
+//	ARGV[4]  re-take deadline, Unix time in milliseconds by the master's clock
+//	ARGV[5]  the validity's end, Unix time in milliseconds by the master's clock
 //	returns  1 extended, 2 re-taken (key was absent), 0 held by another owner,
-//	         -1 absent and past the re-take deadline
+//	         -1 absent and past the re-take deadline, -2 ours and past the
+//	         validity's end (nothing done)
 var extendFencedScript = newScript(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!') then
+local mine = v == ARGV[1] or (type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '!')
+if v and not mine then
+	return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if mine then
+	if now >= tonumber(ARGV[5] or ARGV[4]) then
+		return -2
+	end
 	redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 	return 1
 end
-if v == false then
-	local t = redis.call('TIME')
-	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[4]) then
-		return -1
-	end
-	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-	if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
-		redis.call('SET', KEYS[2], ARGV[3])
-	end
-	return 2
+if now >= tonumber(ARGV[4]) then
+	return -1
 end
-return 0
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
+	redis.call('SET', KEYS[2], ARGV[3])
+end
+return 2
 `,
-	"790ecff5a459f5420664dfeb356ef0770157e8a4")
+	"0cf23e15536f2482ec6939d21315dfd59787a806")
 
 // fencedWriteScript stores a resource's value only if the writer's fence is
 // not lower than the highest fence the resource has seen. Fences are
@@ -469,21 +507,26 @@ return 1
 
 // extendSetScript is extendScript for a set: if no key holds another
 // owner's token, it makes each key still ours last at least TTL more
-// (PEXPIRE ... GT, never shortening one) and re-takes the vanished ones,
-// until the re-take deadline by the master's clock; with fencing a re-taken
-// key's counter is raised to the lock's fence. It changes nothing when a
-// key is another owner's, or when a key has vanished past the deadline.
+// (PEXPIRE ... GT, never shortening one) and re-takes the vanished ones;
+// with fencing a re-taken key's counter is raised to the lock's fence. It
+// changes nothing when a key is another owner's, when a key has vanished
+// past the re-take deadline, or past the validity's end, both in the
+// master's clock, as extendScript (whose clock offset it shares). The
+// validity's end is the last argument; without it the re-take deadline
+// bounds the PEXPIRE too.
 //
 //	KEYS[1..n]     lock keys
 //	KEYS[n+1..2n]  their fence counters, with fencing
 //	ARGV[1]        owner token
 //	ARGV[2]        n
 //	ARGV[3]        TTL in milliseconds
-//	ARGV[4]        re-take deadline, Unix time in milliseconds
+//	ARGV[4]        re-take deadline, Unix time in milliseconds by the master's clock
 //	ARGV[5]        the lock's fence, with fencing
+//	ARGV[5 or 6]   the validity's end, likewise (6 with fencing)
 //	returns        1 extended, 2 extended and re-took a vanished key,
 //	               0 a key holds another owner's token,
-//	               -1 a key is absent and past the re-take deadline
+//	               -1 a key is absent and past the re-take deadline,
+//	               -2 past the validity's end (nothing done)
 var extendSetScript = newScript(`local n = tonumber(ARGV[2])
 local gone = {}
 for i = 1, n do
@@ -494,11 +537,13 @@ for i = 1, n do
 		return 0
 	end
 end
-if next(gone) then
-	local t = redis.call('TIME')
-	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[4]) then
-		return -1
-	end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if next(gone) and now >= tonumber(ARGV[4]) then
+	return -1
+end
+if now >= tonumber(ARGV[#KEYS > n and 6 or 5] or ARGV[4]) then
+	return -2
 end
 for i = 1, n do
 	if gone[i] then
@@ -515,7 +560,7 @@ if next(gone) then
 end
 return 1
 `,
-	"1c45201c134a0ce0a05c6b24a12fc30521031e14")
+	"81bb9227a595220fbcdc255ff684c6a4f9245f1c")
 
 // releaseSetScript is releaseScript (and keepScript) for a set: it deletes
 // every key that still holds our token, and never another owner's; with

@@ -70,6 +70,29 @@ import (
 //     expired anyway: a straggling acquire that lands after a stall must not
 //     keep a released lock's key for a whole TTL. (TestReleasedLockLeavesNoKeyAfterAStall,
 //     TestCloseSendsKeptReleases, TestReleasedLockLeavesNoKeyAfterABusyScript)
+//   - A Release by a handle that did not obtain its lock (Client.Attach)
+//     that finds the key absent is kept too, and sent once more when its
+//     recheck time comes (a node timeout after it), then no more: the
+//     Obtain that took the lock, in another Client, may have a request to
+//     this master still on its way, which would land after the Release and
+//     keep its key for a whole TTL. Close waits for that time (at most a
+//     node timeout) and sends it. It is owner-checked, as every Release.
+//     (TestHandOverLeavesNoStrayKey, TestCloseSendsTheHandOverRecheck,
+//     TestHandOverRecheckNeverDeletesAnotherOwnersKey)
+//   - An Extend's bounds (the validity's end, the re-take deadline:
+//     extendScript) reach each master as its own clock reads them: the
+//     fresh connection's round trip that learns its ID also measures the
+//     master's clock offset (INFO server: server_time_usec; node.sawClock,
+//     which says why it may err low only), and the batch built before it
+//     is built again with it, so that a master whose clock is ahead of the
+//     client's renews, and one behind runs no straggler late. Where none is
+//     measured (INFO denied, a Redis without the field, a Cluster master,
+//     whose lanes take no connection of their own) the offset is 0: the
+//     clocks are assumed to agree. (TestExtendOnAMasterWhoseClockIsAhead,
+//     TestClockOffsetIsMeasuredOnEveryFreshConnection,
+//     TestExtendBoundsGoOutInTheMastersClock,
+//     TestMasterClockBehindRunsNoStragglerPastTheValidity,
+//     TestAttachOnAMasterWhoseClockIsAhead)
 //   - Scripts are lost whole (a restart, SCRIPT FLUSH), so every script is
 //     loaded before the first script request, in the batch's own pipeline,
 //     and a NOSCRIPT batch is rerun in order. (TestScriptsLoadedBeforeFirstUse,
@@ -157,6 +180,7 @@ type redisTransport struct {
 
 	kill    []victim // connections given up with requests of unknown fate
 	pending []op     // Releases to send again, after the barrier
+	sent    []int    // which of pending this batch's extra commands carry, in order
 	cmds    []redis.Cmder
 	extra   []*redis.Cmd // this batch's barrier and pending commands
 
@@ -210,7 +234,9 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		t.ctx.vals = batch[0].vals
 	}
 	ctx := &t.ctx // a pointer: no allocation to make it a context.Context
+	skew := t.node.clock.Load()
 	for _, r := range batch {
+		r.skew = skew
 		r.build(false, t.fresh)
 	}
 	t.send(ctx, batch, scripts && !t.node.loaded.Load(), now)
@@ -259,6 +285,9 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		if r.err == nil && t.node.acks > 0 && r.wantsAcks() {
 			r.err = r.ackResult(t.node.acks)
 		}
+		if r.err == errPastValidity && t.conn != nil && t.node.clockKnown.Load() {
+			t.giveBack() // the clock offset is stale: the next connection measures it again (node.sawClock)
+		}
 	}
 	t.keep(batch)
 }
@@ -281,13 +310,51 @@ func (t *redisTransport) closedConn(batch []*request) []*request {
 }
 
 // keep holds on to the Releases of batch that did not run, to send them
-// again after the barrier.
+// again after the barrier, and to those of a handle that did not obtain
+// its lock that found the key absent, to send them once more at their
+// recheck time.
 func (t *redisTransport) keep(batch []*request) {
 	for _, r := range batch {
-		if r.kind == opRelease && r.err != nil && r.err != ErrTaken && r.err != errAbsent && !answered(r.err) {
+		switch {
+		case r.kind != opRelease || r.err == nil || r.err == ErrTaken:
+		case r.err == errAbsent:
+			t.recheck(r.op, time.Now())
+		case !answered(r.err):
 			t.keepOp(r.op)
 		}
 	}
+}
+
+// recheck keeps o, a Release that found the key absent, to send once more
+// at its recheck time: a Release by a handle that did not obtain the lock
+// (op.recheck), answered before then. The second sending is the last.
+func (t *redisTransport) recheck(o op, now time.Time) {
+	if o.recheck.IsZero() || !now.Before(o.recheck) {
+		return
+	}
+	o.notBefore, o.recheck = o.recheck, time.Time{}
+	if len(t.pending) >= maxPending/2 {
+		return // rechecks leave room for Releases that got no answer (TestHandOverRechecksLeaveRoomForReleasesThatGotNoAnswer)
+	}
+	t.keepOp(o)
+}
+
+// due reports whether a kept Release may go now (a recheck waits for its
+// time).
+func (t *redisTransport) due(now time.Time) bool {
+	for i := range t.pending {
+		if !now.Before(t.pending[i].notBefore) {
+			return true
+		}
+	}
+	return false
+}
+
+// absentAgain reports whether c, a kept Release's command, found the key
+// absent (the scripts' -1).
+func absentAgain(c *redis.Cmd) bool {
+	v, ok := c.Val().(int64)
+	return ok && c.Err() == nil && v == -1
 }
 
 // keepOp keeps a Release to send again, until its key would have expired.
@@ -310,7 +377,7 @@ func (t *redisTransport) tick(now time.Time) bool {
 	if t.conn != nil && (now.Sub(t.used) >= t.idleFor() || t.poolDry()) {
 		t.giveBack()
 	}
-	if len(t.pending) > 0 || len(t.kill) > 0 {
+	if t.due(now) || len(t.kill) > 0 {
 		t.ctx = deadlineCtx{at: now.Add(t.node.budget)}
 		t.send(&t.ctx, nil, false, now)
 	}
@@ -358,15 +425,21 @@ func (t *redisTransport) send(ctx context.Context, batch []*request, load bool, 
 			}
 			return
 		}
+		t.rebase(batch)
 	}
 	t.used = now
 	t.batches++
 	t.extra = t.extra[:0]
 	t.pending = slices.DeleteFunc(t.pending, func(o op) bool { return !o.stale.IsZero() && now.After(o.stale) })
+	t.sent = t.sent[:0]
 	for i := range t.pending {
+		if now.Before(t.pending[i].notBefore) {
+			continue // a recheck, not due yet
+		}
 		r := request{op: t.pending[i]}
 		r.build(true, true) // EVAL: the master may have lost its scripts since
 		t.addExtra(r.cmd)
+		t.sent = append(t.sent, i)
 	}
 	var loads [len(scripts)]*redis.Cmd
 	if load {
@@ -559,6 +632,21 @@ func (t *redisTransport) take(ctx context.Context) error {
 	return nil
 }
 
+// rebase rebuilds the Extends of batch, built before a fresh connection
+// measured the master's clock offset anew (take), with that offset: the
+// master behind the connection may have changed (a failover), and the
+// first batch on a lane's first connection was built with none.
+// (TestAttachOnAMasterWhoseClockIsAhead)
+func (t *redisTransport) rebase(batch []*request) {
+	skew := t.node.clock.Load()
+	for _, r := range batch {
+		if r.kind == opExtend && r.skew != skew {
+			r.skew = skew
+			r.build(r.eval, t.fresh)
+		}
+	}
+}
+
 // holdsVictims reports whether a victim is still held out of the pool.
 func (t *redisTransport) holdsVictims() bool {
 	for _, v := range t.kill {
@@ -625,11 +713,12 @@ func (t *redisTransport) killed(kills []*redis.Cmd) bool {
 var errBarrier = fmt.Errorf("%w: the master did not run the barrier before it", errNoReply)
 
 // identify asks c's client ID and address, whether CLIENT KILL is allowed
-// if nobody asked yet, and the master's run_id (to see a restart); first of all
+// if nobody asked yet, and the master's run_id (to see a restart) and
+// clock (its offset, node.sawClock: INFO server says both); first of all
 // it kills the connections given up before (t.kill), and closes them once
 // the master has. An error is a failure to get an answer, or a barrier
 // the master did not run; an ACL or a Redis that denies a question leaves
-// the ID 0, or the run_id "".
+// the ID 0, or the run_id "" and the offset 0.
 func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, string, string, error) {
 	kills := t.killCmds(ctx)
 	info := redis.NewCmd(ctx, "client", "info") // not ClientInfoCmd: a name with '=' fails its parser
@@ -649,6 +738,7 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, st
 		_ = p.Process(ctx, server)
 		return nil
 	})
+	replied := time.Now()
 	if !t.killed(kills) {
 		return 0, "", "", errBarrier
 	}
@@ -663,10 +753,15 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, st
 		}
 	}
 	runID := ""
+	var usec int64
+	clock := false
 	if server.Err() == nil {
 		s, _ := server.Val().(string)
 		runID = infoField(s, "run_id")
+		u, err := strconv.ParseInt(infoField(s, "server_time_usec"), 10, 64)
+		usec, clock = u, err == nil && u > 0
 	}
+	t.node.sawClock(usec, replied, clock)
 	if probe != nil {
 		switch err := probe.Err(); {
 		case err == nil:
@@ -726,20 +821,33 @@ func clientIdentity(info string) (id int64, addr string) {
 func (t *redisTransport) settle(load bool, loads []*redis.Cmd) (broken error) {
 	if len(t.extra) > 0 {
 		// The kept Releases went out after the barrier; keep those that
-		// did not get an answer.
-		sent := t.pending
+		// did not get an answer, and those not due yet.
+		was := t.pending
 		t.pending = nil
-		for i, c := range t.extra {
-			if err := c.Err(); !answered(err) {
-				t.keepOp(sent[i])
+		for i, j := 0, 0; i < len(was); i++ {
+			if j < len(t.sent) && t.sent[j] == i {
+				j++
+				continue
+			}
+			t.pending = append(t.pending, was[i])
+		}
+		now := time.Now()
+		for k, c := range t.extra {
+			o := was[t.sent[k]]
+			switch err := c.Err(); {
+			case !answered(err):
+				t.keepOp(o)
 				if !isReply(err) && broken == nil {
 					broken = err
 				}
+			case absentAgain(c):
+				t.recheck(o, now)
 			}
 		}
 	}
 	clear(t.extra)
 	t.extra = t.extra[:0]
+	t.sent = t.sent[:0]
 	if load {
 		ok := true
 		for _, c := range loads {
@@ -825,11 +933,20 @@ func (t *redisTransport) sawSlots(batch []*request) {
 // pooled connections (no barrier: they may still run before a straggler),
 // and keeps those that get no answer.
 func (t *redisTransport) sendPendingShared(now time.Time) {
-	if len(t.pending) == 0 {
+	if !t.due(now) {
 		return
 	}
-	sent := t.pending
-	t.pending = nil
+	var sent []op
+	kept := t.pending[:0]
+	for _, o := range t.pending {
+		if now.Before(o.notBefore) { // a recheck, not due yet
+			kept = append(kept, o)
+		} else {
+			sent = append(sent, o)
+		}
+	}
+	clear(t.pending[len(kept):])
+	t.pending = kept
 	reqs := make([]*request, len(sent))
 	for i := range sent {
 		reqs[i] = &request{op: sent[i]}
@@ -838,8 +955,11 @@ func (t *redisTransport) sendPendingShared(now time.Time) {
 	t.ctx = deadlineCtx{at: now.Add(t.node.budget)}
 	t.sendShared(&t.ctx, reqs, false)
 	for i, r := range reqs {
-		if !answered(r.cmd.Err()) {
+		switch {
+		case !answered(r.cmd.Err()):
 			t.keepOp(sent[i])
+		case absentAgain(r.cmd):
+			t.recheck(sent[i], time.Now())
 		}
 	}
 }
@@ -865,13 +985,24 @@ func (t *redisTransport) reset([]*request) {
 	t.cmds = t.cmds[:0]
 	clear(t.extra)
 	t.extra = t.extra[:0]
-	t.wait = nil // go-redis may still hold it
+	t.sent = t.sent[:0] // what it sent of the kept Releases stays kept
+	t.wait = nil        // go-redis may still hold it
 	t.drop(false)
 }
 
 // close sends the kept Releases one last time, within tickBudget, and
-// gives back everything the transport holds.
+// gives back everything the transport holds. A recheck not due yet is
+// waited for (its time is at most a node timeout after the Release that
+// kept it), so that Client.Close right after a hand-over's Release still
+// sends it in time. (TestCloseSendsTheHandOverRecheck)
 func (t *redisTransport) close() {
+	var last time.Time
+	for i := range t.pending {
+		last = later(last, t.pending[i].notBefore)
+	}
+	if d := time.Until(last); d > 0 {
+		time.Sleep(d)
+	}
 	if t.std == nil {
 		t.sendPendingShared(time.Now())
 		return

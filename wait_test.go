@@ -458,6 +458,23 @@ func TestWaitReleased(t *testing.T) {
 	}
 }
 
+// TestWaitReleasedOnAFreeKeyAtEveryMasterCount: WaitReleased of a key no
+// master holds returns nil at once whatever the number of masters; at an
+// even count a round stops at N - quorum + 1 "absent" answers, one short
+// of the quorum WaitReleased needs, and must hear the rest.
+func TestWaitReleasedOnAFreeKeyAtEveryMasterCount(t *testing.T) {
+	for n := 1; n <= 5; n++ {
+		t.Run(fmt.Sprint("N=", n), func(t *testing.T) {
+			_, _, c := cluster(t, n)
+			for range 5 {
+				if err := c.WaitReleased(t.Context(), "free"); err != nil {
+					t.Fatalf("free key: %v", err)
+				}
+			}
+		})
+	}
+}
+
 // TestWaitNoHerd: 24 waiters of one key over 3 Clients, each holding 1ms:
 // a release gives the turn to one Client, whose waiter alone asks, so the
 // masters see about two requests per hand-over, the release and one

@@ -60,8 +60,25 @@ func TestReleasedReadsTheTurnQueue(t *testing.T) {
 func TestQuorumFreeCountsAnExpiringKey(t *testing.T) {
 	c := &Client{quorum: 2}
 	rd := &round{
+		nodes: []NodeError{{Err: ErrTaken}, {Err: ErrTaken}, {Err: ErrTaken}},
+		vals:  []int64{0, 30, 50},
+	}
+	wait, ok := c.quorumFree(rd)
+	if !ok || wait != 30*time.Millisecond {
+		t.Fatalf("quorumFree = %v, %v; want 30ms, true", wait, ok)
+	}
+}
+
+// TestQuorumFreeCountsAnUnheardMasterAsFree: a master not heard before
+// the round decided (two refusals of three decide it) may be free: a
+// quorum can be free once the first of the others' keys expires, not the
+// last (a stray key with a long TTL on one master kept a waiter asleep
+// for that TTL).
+func TestQuorumFreeCountsAnUnheardMasterAsFree(t *testing.T) {
+	c := &Client{quorum: 2}
+	rd := &round{
 		nodes: []NodeError{{Err: ErrTaken}, {Err: ErrTaken}, {Err: errNoReply}},
-		vals:  []int64{0, 30},
+		vals:  []int64{60000, 30, 0},
 	}
 	wait, ok := c.quorumFree(rd)
 	if !ok || wait != 30*time.Millisecond {

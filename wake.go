@@ -57,6 +57,22 @@ package redlock
 //     at most that (TestWaitLostNotification).
 //   - A subscription that breaks and is re-established wakes every waiter
 //     of its master to ask again (TestWaitSubscriptionKilled).
+//   - A subscription in use is on the master the Client's requests reach:
+//     a probe every probeEvery, and at once when a lane sees the master's
+//     run_id change, asks that master (PUBSUB NUMSUB of the Client's own
+//     channel) and makes the subscription again when it is not there: a
+//     Sentinel failover that left the old master up, a connection cut
+//     silently (TestWatchdogFollowsASentinelFailoverThatLeavesTheOldMasterUp,
+//     TestWatchdogHearsARestartBehindASilentCut,
+//     TestProbeChannelRefusedKeepsWaiting,
+//     TestProbeBacksOffWhenTheMasterKeepsAnsweringZero,
+//     TestCloseReturnsWhenAProbeMeetsAPanickingReconnect).
+//   - A waiter refused by the gate alone when a quorum should be free
+//     asks every master at once: a stray key on a minority of masters
+//     does not keep it from a lock a quorum can grant
+//     (TestWaiterObtainsPastAStrayKeyOnTheGate,
+//     TestWaiterPastAStrayKeyWithoutWakeUps,
+//     TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate).
 //   - A woken head asks once enough of the masters that refused it
 //     announced a release for a quorum to be free, not at the first: at
 //     N>1 an early ask meets masters that have not run the release yet, a
@@ -212,9 +228,12 @@ type waiter struct {
 	// after it (passQueued) or not (passGone); carry: the turn queue after
 	// this Client, from the last release that gave it the turn.
 	released uint64
-	retry    bool
-	passed   pass
-	carry    string
+	// announced: the masters that announced a release of the key since
+	// the flags were last cleared, whoever the turn went to.
+	announced uint64
+	retry     bool
+	passed    pass
+	carry     string
 	// behind, for a head that took over from one that obtained the key
 	// with this Client queued again in its value: how long to sleep
 	// before it asks (the lock's TTL), since the key is this Client's
@@ -251,6 +270,11 @@ type sub struct {
 	users     int // waiters and watchdogs using it
 	linger    *time.Timer
 	stop      chan struct{}
+	// probed says that the master confirmed the Client's own channel on
+	// this subscription too, so the probe can find it (see probe); kick
+	// asks the probe to look at once.
+	probed bool
+	kick   chan struct{}
 	// dead is the last PubSub whose go-redis call panicked (see run): its
 	// own mutex may be locked for good, so nobody waits for its Close.
 	dead *redis.PubSub
@@ -377,7 +401,7 @@ func (w *waker) leave(x *waiter, held time.Duration) {
 		kw.queue = slices.Delete(kw.queue, i, i+1)
 		if i == 0 && len(kw.queue) > 0 {
 			h := kw.queue[0]
-			h.released, h.passed, h.carry = 0, passNone, ""
+			h.released, h.announced, h.passed, h.carry = 0, 0, passNone, ""
 			switch {
 			case held > 0:
 				h.behind = held
@@ -436,7 +460,7 @@ func (w *waker) isHead(x *waiter) bool {
 // announced a release of its key since the flags were last cleared, with
 // the turn this Client's or nobody's (none when x is to ask again for
 // another reason): the caller tells whether they free a quorum.
-func (w *waker) ready(x *waiter) (confirmed uint64, turn string, released uint64) {
+func (w *waker) ready(x *waiter) (confirmed uint64, turn string, released, announced uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	turn = w.c.turnID + x.carry
@@ -446,8 +470,9 @@ func (w *waker) ready(x *waiter) (confirmed uint64, turn string, released uint64
 	if !x.retry {
 		released = x.released
 	}
-	x.released, x.retry, x.passed, x.carry = 0, false, passNone, ""
-	return w.subscribed(x), turn, released
+	announced = x.announced
+	x.released, x.announced, x.retry, x.passed, x.carry = 0, 0, false, passNone, ""
+	return w.subscribed(x), turn, released, announced
 }
 
 // subscribed returns the masters (bit i) whose subscription for x's key
@@ -501,10 +526,14 @@ func (w *waker) flags(x *waiter) (released uint64, retry bool, passed pass) {
 // the PubSub and subscribes, so that a dial to a master that is down holds
 // nobody else.
 func (w *waker) subscribe(id subID) *sub {
-	s := &sub{id: id, stop: make(chan struct{})}
+	s := &sub{id: id, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	w.subs[id] = s
 	w.wg.Add(1)
 	go w.run(s)
+	if w.c.shardedMask&bit(id.i) == 0 {
+		w.wg.Add(1)
+		go w.probe(s)
+	}
 	return s
 }
 
@@ -636,6 +665,147 @@ func (w *waker) open(s *sub) *redis.PubSub {
 	return ps
 }
 
+// probeEvery is how often a subscription in use checks that it is on the
+// master the Client's requests reach (probe).
+const probeEvery = 250 * time.Millisecond
+
+// probeChannel is the Client's own channel on a standalone or Sentinel
+// master. Nothing is published on it: a subscription subscribes to it
+// beside the wake channel, so that PUBSUB NUMSUB, asked of the master the
+// Client's requests reach, says whether the subscription is there.
+func (c *Client) probeChannel() string { return wakeChannel + ":" + c.turnID }
+
+// probe checks, every probeEvery while s has users, and at once when a
+// lane saw the master's run_id change (masterChanged), that the master
+// the Client's requests reach has s: PUBSUB NUMSUB of the Client's own
+// channel, through the master's client, answers 1. An answer of 0 says
+// that s is on another server or on none: a Sentinel failover that left
+// the old master up (go-redis moves its commands to the new master, not
+// its subscriptions, and a master demoted by REPLICAOF keeps its
+// subscribers), or a connection cut silently while the master restarted.
+// s is then closed: run makes it again, on the master the client dials
+// now, and its confirmation after that break is a reset (resets.go).
+// A master that does not answer the probe tells nothing: renewals and
+// PTTLs cover it. (TestWatchdogFollowsASentinelFailoverThatLeavesTheOldMasterUp,
+// TestWatchdogHearsARestartBehindASilentCut, TestProbeChannelRefusedKeepsWaiting)
+func (w *waker) probe(s *sub) {
+	defer w.wg.Done()
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	ch, rdb := w.c.probeChannel(), w.c.nodes[s.id.i].rdb
+	misses, ticks := 0, 0 // answers of 0 in a row; ticks since the last probe
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			// A master that keeps answering 0 (a proxy in front of
+			// several servers, say) is asked ever less often, down to
+			// every 8s, and the subscription is not made again and
+			// again (TestProbeBacksOffWhenTheMasterKeepsAnsweringZero).
+			if ticks++; ticks < 1<<min(misses, 5) {
+				continue
+			}
+		case <-s.kick:
+		}
+		ticks = 0
+		ps := w.probing(s)
+		if ps == nil {
+			continue
+		}
+		n, err := numSub(rdb, ch)
+		switch {
+		case err == nil && n > 0:
+			misses = 0
+		case err == nil && w.probing(s) == ps:
+			misses++
+			w.closeSub(s, ps)
+		case refusedCommand(err): // the user may not ask PUBSUB NUMSUB
+			w.mu.Lock()
+			s.probed = false // until the next confirmation
+			w.mu.Unlock()
+		}
+	}
+}
+
+// closeSub closes ps, s's PubSub, so that run sees its Receive fail and
+// makes it again. Outside w.mu, and on a goroutine of its own: a go-redis
+// reconnect that panicked inside Receive leaves the PubSub's mutex locked
+// for good, and its Close would never return (run then marks it dead); the
+// probe waits for the Close only until s is stopped
+// (TestCloseReturnsWhenAProbeMeetsAPanickingReconnect).
+func (w *waker) closeSub(s *sub, ps *redis.PubSub) {
+	done := make(chan struct{})
+	go func() {
+		_ = ps.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-s.stop:
+	}
+}
+
+// numSub asks the master how many subscribers ch has, within probeEvery; a
+// panic of a go-redis hook is an error.
+func numSub(rdb redis.UniversalClient, ch string) (n int64, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = errPanicked{v}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), probeEvery)
+	defer cancel()
+	m, err := rdb.PubSubNumSub(ctx, ch).Result()
+	return m[ch], err
+}
+
+// probing returns s's PubSub when the probe is to look at it: it has
+// users, and the master confirmed it and the Client's own channel on it.
+func (w *waker) probing(s *sub) *redis.PubSub {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.subs[s.id] != s || !s.ready || !s.probed || s.users == 0 {
+		return nil
+	}
+	return s.ps
+}
+
+// setProbed records that the master confirmed the Client's own channel on s.
+func (w *waker) setProbed(s *sub) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.probed = s.ready
+}
+
+// isReady reports whether the master confirmed s.
+func (w *waker) isReady(s *sub) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return s.ready
+}
+
+// masterChanged asks the probes of master i's subscriptions to look at
+// once: a lane saw its run_id change.
+func (c *Client) masterChanged(i int) {
+	c.mu.Lock()
+	w := c.wake
+	c.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, s := range w.subs {
+		if id.i == i {
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // errDropped ends a subscription the master dropped (listen).
 var errDropped = errors.New("redlock: the master dropped the wake channel's subscription")
 
@@ -649,21 +819,34 @@ func (w *waker) listen(s *sub, ps *redis.PubSub, delay *time.Duration) (err erro
 		}
 	}()
 	ctx := context.Background()
+	own := "" // the Client's own channel, subscribed after the wake channel (probe)
 	if w.c.shardedMask&bit(s.id.i) != 0 {
 		err = ps.SSubscribe(ctx, s.id.ch)
 	} else {
-		err = ps.Subscribe(ctx, s.id.ch)
+		own = w.c.probeChannel()
+		if err = ps.Subscribe(ctx, s.id.ch); err == nil {
+			err = ps.Subscribe(ctx, own)
+		}
 	}
 	for err == nil {
 		var msg any
 		msg, err = ps.Receive(ctx)
+		if own != "" && err != nil && refusedCommand(err) && w.isReady(s) {
+			// The wake channel is confirmed and the user may not
+			// subscribe to the Client's own: no probe on this
+			// subscription (README).
+			own, err = "", nil
+			continue
+		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
+			switch {
+			case m.Kind == "subscribe" && m.Channel == own:
+				w.setProbed(s)
+			case m.Kind == "subscribe", m.Kind == "ssubscribe":
 				*delay = subRetryMin
 				w.confirmed(s, true)
-			case "unsubscribe", "sunsubscribe":
+			case m.Kind == "unsubscribe", m.Kind == "sunsubscribe":
 				// The master dropped the subscription, its connection
 				// open: a Redis Cluster master no longer serving the
 				// channel's slot. It is made again, where the slot is
@@ -686,15 +869,18 @@ func (w *waker) listen(s *sub, ps *redis.PubSub, delay *time.Duration) (err erro
 func (w *waker) confirmed(s *sub, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if s.ready == ok {
-		return
-	}
-	s.ready = ok
-	live := !w.closed && w.subs[s.id] == s // not one ended (unsubscribe, stop)
 	if !ok {
-		s.reset = true
+		// A failure before the first confirmation counts as a break too:
+		// the master may have restarted since the lock was taken
+		// (TestWatchdogHearsARestartDuringItsFirstSubscribe).
+		s.ready, s.probed, s.reset = false, false, true
 		return
 	}
+	if s.ready {
+		return
+	}
+	s.ready = true
+	live := !w.closed && w.subs[s.id] == s // not one ended (unsubscribe, stop)
 	if s.reset && live {
 		// A reset within resetEvery of the last one that counted is put
 		// off to its end, not dropped: the master may have lost its keys
@@ -763,6 +949,7 @@ func (w *waker) released(i int, msg string) {
 func (w *waker) heard(i int, kw *keyWaiters, q string) {
 	if len(kw.queue) > 0 {
 		h := kw.queue[0]
+		h.announced |= bit(i)
 		if q == "" || q[:turnIDLen] == w.c.turnID {
 			h.released |= bit(i)
 			if q != "" {
@@ -849,9 +1036,10 @@ func (w *waker) stop() {
 }
 
 // quorumFree returns how long until a quorum of masters could be free,
-// from a failed attempt's answers: 0 for a master that granted or had no
-// key, its PTTL for one held by another owner; ok is false when failures
-// leave no quorum in sight (the masters did not say).
+// from a failed attempt's answers: 0 for a master that granted, had no
+// key, or was not heard before the round decided (it may be free), its
+// PTTL for one held by another owner; ok is false when failures leave no
+// quorum in sight (the masters did not say).
 func (c *Client) quorumFree(rd *round) (time.Duration, bool) {
 	var waits []time.Duration
 	for i, n := range rd.nodes {
@@ -861,6 +1049,8 @@ func (c *Client) quorumFree(rd *round) (time.Duration, bool) {
 		case n.Err == ErrTaken && rd.vals[i] >= 0: // its PTTL; 0: it expires within the millisecond
 			waits = append(waits, time.Duration(rd.vals[i])*time.Millisecond)
 		case n.Err == ErrTaken && rd.vals[i] == -2: // gone since
+			waits = append(waits, 0)
+		case n.Err == errNoReply: // not heard before the round decided: it may be free
 			waits = append(waits, 0)
 		}
 	}
@@ -1010,49 +1200,98 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	}
 	// The first script attempt asks every master (and marks the key on
 	// every one that refuses; a plain ask before it marks nothing); the
-	// next ones ask the gate first, while it answers. last is the error
-	// of the last attempt that asked every master: a gate's refusal
-	// alone says little of the others.
+	// next ones ask the gate first, while it answers. A gate that refuses
+	// when a quorum should be free (enough masters announced a release
+	// with this Client's turn, or a quorum of them with anyone's while the
+	// gate announced none, or the PTTLs of the last ask of every master
+	// have passed) may hold
+	// a stray key (a contender that died between its SET and its undo, a
+	// Release that never reached it): the waiter then asks every master,
+	// so a minority of masters cannot keep it from a lock a quorum can
+	// grant (TestWaiterObtainsPastAStrayKeyOnTheGate,
+	// TestWaiterPastAStrayKeyWithoutWakeUps). At once when it leads: its
+	// turn on enough masters, or on the first of the masters that
+	// announced; otherwise after turnWait, so that the waiter that won
+	// the gate, or the one that leads, has taken the others first and the
+	// masters are not split between waiters woken together
+	// (TestHerdWokenTogetherDoesNotSplitTheMasters). last is the error of
+	// the last attempt, each master's entry its last real answer: a
+	// gate's refusal alone updates the gate's.
 	gate, first := -1, c.gateOf(full)
+	askAll := false          // the next ask goes to every master
+	var quorumFree time.Time // when the last ask of every master said a quorum could be free
 	var last error
+	again := "" // the turn of an ask refused and made again at once: ready cleared its carry
 	for n = 1; ; n++ {
-		confirmed, turn, released := w.ready(x)
-		plain := !c.cfg.fencing && (n == 1 && optimistic || c.freed(released, from, need))
-		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, plain, gate)
+		confirmed, turn, released, announced := w.ready(x)
+		if len(again) > len(turn) {
+			turn = again // the queue this Client's turn carries stays (TestWaitersPastAStrayKeyHandTheLockOn)
+		}
+		again = ""
+		woken := c.freed(released, from, need)
+		// A quorum should be free: this Client's turn on enough masters,
+		// the PTTLs of the last ask of every master passed, or a quorum
+		// of masters other than the gate announced a release, whoever's
+		// turn, the gate not (a gate that holds a stray key never
+		// announces; one that announced and refuses was taken since).
+		others := gate >= 0 && announced&bit(gate) == 0 && bits.OnesCount64(announced) >= c.quorum
+		due := woken || others || !time.Now().Before(quorumFree)
+		lead := woken || others && released&announced&-announced != 0 // the turn on the first that announced
+		plain := !c.cfg.fencing && (n == 1 && optimistic || woken)
+		asked := gate
+		if askAll {
+			asked, askAll = -1, false
+		}
+		start := time.Now()
+		lock, nodes, wait, blocked, err := c.try(ctx, key, ttl, nil, newToken(), turn, plain, asked)
 		if err == nil {
 			if len(turn) > turnIDLen && turn[len(turn)-turnIDLen:] == c.turnID {
 				held = ttl
 			}
 			return lock, n, nodes, nil
 		}
-		atGate := gate >= 0 && blocked == bit(gate)
+		atGate := asked >= 0 && blocked == bit(asked)
 		// refused: the masters that said the key is held; only their
 		// announcements can come.
 		var refused uint64
 		var qe *QuorumError
 		if atGate {
-			refused = bit(gate)
-		} else if errors.As(err, &qe) {
-			for i, nd := range qe.Nodes {
-				if nd.Err == ErrTaken {
-					refused |= bit(i)
+			refused = bit(asked)
+			err = withAnswer(last, err, asked)
+		} else {
+			if !plain { // a refused SET says nothing of the key's PTTL
+				quorumFree = start.Add(wait)
+			}
+			if errors.As(err, &qe) {
+				for i, nd := range qe.Nodes {
+					if nd.Err == ErrTaken {
+						refused |= bit(i)
+					}
 				}
 			}
-		}
-		if atGate && last != nil {
-			err = last
 		}
 		if err := c.cutShort(ctx, err, last); err != nil {
 			return nil, n, nil, err
 		}
 		last = err // what this wait ends with if the next ask is cut short (cutShort)
 		w.noteFailed(x, err)
-		if plain {
-			// Taken by another since the release: this Client is not
-			// queued there yet. It asks again at once, with waitScript,
-			// unless a quorum announced a release meanwhile: an
-			// announcement of its own undo (a split grant's release
-			// announces the turn queue it carried) does not count.
+		if atGate && due {
+			askAll = true
+			if !lead {
+				timer.Reset(turnWait(timeout))
+				if cause := c.sleepUntil(ctx, w, x, timer, 0, c.quorum, turnWait(timeout)); cause != nil {
+					return nil, n, nil, wrapCause(err, cause)
+				}
+			}
+		}
+		if plain || askAll {
+			again = turn
+			// Taken by another since the release (this Client is not
+			// queued there yet), or a gate that refuses when a quorum
+			// should be free: ask again at once, with waitScript, unless
+			// a quorum announced a release meanwhile: an announcement of
+			// its own undo (a split grant's release announces the turn
+			// queue it carried) does not count.
 			from, need = 0, c.quorum
 			continue
 		}
@@ -1072,12 +1311,35 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			// confirmation (a retry flag).
 			wait = min(wait, timeout)
 		}
+		if atGate {
+			// The gate's PTTL says nothing of the others: ask every master
+			// once the last ask of every master said a quorum is free.
+			wait = min(wait, time.Until(quorumFree))
+		}
 		timer.Reset(wait + time.Millisecond)
 		w.use(x)
 		if cause := c.sleepUntil(ctx, w, x, timer, blocked, need, turnWait(timeout)); cause != nil {
 			return nil, n, nil, wrapCause(err, cause)
 		}
 	}
+}
+
+// withAnswer returns the error of a gated ask that the gate (master gate)
+// refused: last, the attempt before's, with the gate's answer from cur,
+// since the gate alone was asked; cur when there is no earlier attempt.
+func withAnswer(last, cur error, gate int) error {
+	lq, ok := last.(*QuorumError)
+	cq, ok2 := cur.(*QuorumError)
+	switch {
+	case !ok && last != nil:
+		return last
+	case !ok || !ok2:
+		return cur
+	}
+	e := *lq
+	e.Nodes = slices.Clone(lq.Nodes)
+	e.Nodes[gate] = cq.Nodes[gate]
+	return &e
 }
 
 // WaitReleased waits until the current holder of key releases it, or its
@@ -1114,9 +1376,23 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		confirmed, _, _ := w.ready(x)
+		confirmed, _, _, _ := w.ready(x)
 		o := c.newOp(opWatch, full, "", "")
-		rd := c.fanout(ctx, o, time.Now().Add(timeout), timeout)
+		deadline := time.Now().Add(timeout)
+		rd := c.fanout(ctx, o, deadline, timeout)
+		pending := 0
+		for _, nd := range rd.nodes {
+			if nd.Err == errNoReply {
+				pending++
+			}
+		}
+		if rd.refused < c.quorum && rd.refused+pending >= c.quorum {
+			// The round decided at N - quorum + 1 "absent" answers: at an
+			// even N one short of the quorum of absent keys this needs.
+			// Hear the others, when they can make it
+			// (TestWaitReleasedOnAFreeKeyAtEveryMasterCount).
+			c.collect(ctx, rd, pending, capDeadline(ctx, deadline), timeout, false)
+		}
 		var held uint64
 		answered, absent := 0, 0
 		for i, nd := range rd.nodes {

@@ -122,6 +122,9 @@ func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, fn fu
 		rerr := l.release(ctx)
 		if cause := context.Cause(wctx); errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrClosed) {
 			err = join(err, cause)
+			if !errors.Is(err, ErrLockLost) && errors.Is(rerr, ErrLockLost) {
+				err = join(err, rerr) // closed, and lost too (TestDoSaysLostWhenTheValidityEndedAfterClose)
+			}
 		} else if errors.Is(rerr, ErrLockLost) {
 			// A release that merely failed to reach the masters is not
 			// reported: fn succeeded and the keys expire with their TTL.

@@ -34,8 +34,21 @@ type link struct {
 // A pump copies one direction of a link, holding each chunk until its
 // delay has passed; chunks keep their order.
 type pump struct {
-	mu    sync.Mutex
-	delay time.Duration
+	mu     sync.Mutex
+	delay  time.Duration
+	silent bool // drop every chunk, and never close the other side
+}
+
+func (p *pump) hush() {
+	p.mu.Lock()
+	p.silent = true
+	p.mu.Unlock()
+}
+
+func (p *pump) hushed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.silent
 }
 
 func (p *pump) setDelay(d time.Duration) {
@@ -118,6 +131,9 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, pm *pump) {
 	}()
 	for c := range ch {
 		time.Sleep(time.Until(c.due))
+		if pm.hushed() {
+			continue
+		}
 		if _, err := dst.Write(c.b); err != nil {
 			break
 		}
@@ -125,7 +141,11 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, pm *pump) {
 	for range ch { // drain, so the reader can exit
 	}
 	// The source is done: close the other side for writing, so the peer
-	// sees EOF after everything that was sent.
+	// sees EOF after everything that was sent; a silenced link tells the
+	// peer nothing.
+	if pm.hushed() {
+		return // Close closes both sides
+	}
 	if tc, ok := dst.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	} else {
@@ -144,6 +164,20 @@ func (p *Proxy) DelayOpen(up, down time.Duration) {
 	for l := range p.conns {
 		l.up.setDelay(up)
 		l.down.setDelay(down)
+	}
+}
+
+// Silence makes the connections open now go dark, as a network path that
+// drops every packet: no byte passes in either direction any more, and
+// when the server closes its side (a restart), the client is not told.
+// Their client sides stay open until Close. Connections opened later are
+// not affected.
+func (p *Proxy) Silence() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.conns {
+		l.up.hush()
+		l.down.hush()
 	}
 }
 
