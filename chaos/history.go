@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -13,9 +15,10 @@ import (
 type Hold struct {
 	Client string
 	Key    string
+	Keys   []string // a lock on several keys (ObtainMulti): the whole set; nil: Key alone
 	Token  string
 	Fence  int64
-	Kind   string // "obtain" (Obtain, Extend, Release by hand), "keepalive" (with KeepAlive running), "do" (inside Do's fn)
+	Kind   string // "obtain" (Obtain, Extend, Release by hand), "keepalive" (with KeepAlive running), "do" (inside Do's fn), "attach" (a handle taken over from another client)
 	Quorum int
 
 	// Start is when Obtain returned (Do: when fn started).
@@ -34,8 +37,22 @@ type Hold struct {
 	Tolerance time.Duration
 
 	ReleaseStart time.Time // zero: not released
+	ReleaseEnd   time.Time // when Release returned
 	Released     bool      // Release returned nil
 	ReleaseErr   string
+	// HandedAt is when the holder handed the lock over to another client
+	// (which attaches it): its own believed-valid interval ends there.
+	HandedAt time.Time
+	// HoldAtLeast is the lock's minimum hold (WithHoldAtLeast); KeptUntil
+	// what its Release reported: the masters keep the key until then.
+	HoldAtLeast time.Duration
+	KeptUntil   time.Time
+
+	// Calls are the lock's Extends, renewals and Attach, each with the end
+	// of the validity its requests were sent for, as the lock reported them;
+	// grown the readings at which the validity's end moved later.
+	Calls []ExtendCall
+	grown []ValidAt
 
 	Extends []ExtendRec
 
@@ -84,6 +101,25 @@ func (e ExtendRec) outcome() string {
 	return "failed"
 }
 
+// An ExtendCall is one request for more time (an Extend, a watchdog's
+// renewal, an Attach's confirmation): its requests were sent from Start on,
+// for a validity that ended at Served.
+type ExtendCall struct {
+	Start, Served time.Time
+}
+
+// A ValidAt is a reading: at At, the validity ran until End.
+type ValidAt struct {
+	At, End time.Time
+}
+
+// Called records one request for more time.
+func (h *Hold) Called(start, served time.Time) {
+	h.mu.Lock()
+	h.Calls = append(h.Calls, ExtendCall{start, served})
+	h.mu.Unlock()
+}
+
 // Revival is a positive validity read after a reading of 0.
 type Revival struct {
 	ZeroAt, At, LastValid time.Time
@@ -95,6 +131,9 @@ func (h *Hold) Observe(at time.Time, v time.Duration) {
 	defer h.mu.Unlock()
 	if v > 0 {
 		end := at.Add(v)
+		if n := len(h.grown); n == 0 || end.Sub(h.grown[n-1].End) > time.Millisecond {
+			h.grown = append(h.grown, ValidAt{at, end})
+		}
 		if !h.lapsed.IsZero() {
 			h.Revived = append(h.Revived, Revival{ZeroAt: h.lapsed, At: at, LastValid: h.LastValid})
 			h.lapsed = time.Time{}
@@ -131,18 +170,55 @@ func (h *Hold) Cancelled(at time.Time) {
 }
 
 // End is the end of the holder's believed-valid interval: the validity's
-// end as last reported, or the release's start if earlier.
+// end as last reported, or the release's start, or the hand-over, if
+// earlier.
 func (h *Hold) End() time.Time {
-	if !h.ReleaseStart.IsZero() && h.ReleaseStart.Before(h.Until) {
-		return h.ReleaseStart
+	end := h.Until
+	for _, t := range []time.Time{h.ReleaseStart, h.HandedAt} {
+		if !t.IsZero() && t.Before(end) {
+			end = t
+		}
 	}
-	return h.Until
+	return end
 }
 
-// A History collects the holds of a run.
+// AllKeys are the keys the hold holds: its set, or its key.
+func (h *Hold) AllKeys() []string {
+	if len(h.Keys) > 0 {
+		return h.Keys
+	}
+	return []string{h.Key}
+}
+
+// A History collects the holds and the waits of a run.
 type History struct {
 	mu    sync.Mutex
 	holds []*Hold
+	waits []*WaitRec
+}
+
+// A WaitRec is one waiting Obtain (WithWait) or WaitReleased call.
+type WaitRec struct {
+	Client     string
+	Key        string
+	Watch      bool // WaitReleased
+	Start, End time.Time
+	OK         bool // obtained (WaitReleased: returned nil)
+	Err        string
+}
+
+// AddWait records a finished wait.
+func (hs *History) AddWait(x *WaitRec) {
+	hs.mu.Lock()
+	hs.waits = append(hs.waits, x)
+	hs.mu.Unlock()
+}
+
+// Waits returns the recorded waits.
+func (hs *History) Waits() []*WaitRec {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return slices.Clone(hs.waits)
 }
 
 // Add records a finished hold.
@@ -191,6 +267,21 @@ type Findings struct {
 	AcquireAfterRelease int
 	// Release returned nil, but fewer masters than the quorum ran it (witness).
 	ReleaseWithoutQuorum int
+	// A master ran an extend's PEXPIRE or re-take of the token after the
+	// end of the validity the request was sent for (witness): a renewal
+	// that took effect past the validity it served.
+	RenewalAfterValidity int
+	// ... and extend requests that ran past it without effect (not a check).
+	ExtendRanAfterValidity int
+	// Another holder got a key before the minimum hold (WithHoldAtLeast) of
+	// a lock released early had passed (its KeptUntil).
+	HoldAtLeastBroken int
+
+	// CheckWorld's: waits checked and waits longer than their bound while
+	// a quorum of the key's masters was free; hand-overs checked and
+	// their keys left after the release.
+	WaitsChecked, WaitLate               int
+	HandoversChecked, StrayAfterHandover int
 
 	// Examples, one per kind found.
 	Examples []string
@@ -210,6 +301,10 @@ func (f Findings) Figures() []Count {
 		{"extend_success_after_validity", f.ExtendSuccessAfterValidity}, {"fence_regressions", f.FenceRegressions},
 		{"revivals", f.Revivals}, {"watchdog_late", f.WatchdogLate}, {"retake_after_release", f.RetakeAfterRelease},
 		{"acquire_after_release", f.AcquireAfterRelease}, {"release_without_quorum", f.ReleaseWithoutQuorum},
+		{"renewal_after_validity", f.RenewalAfterValidity}, {"extend_ran_after_validity", f.ExtendRanAfterValidity},
+		{"hold_at_least_broken", f.HoldAtLeastBroken},
+		{"waits_checked", f.WaitsChecked}, {"wait_late", f.WaitLate},
+		{"handovers_checked", f.HandoversChecked}, {"stray_after_handover", f.StrayAfterHandover},
 	}
 }
 
@@ -227,7 +322,9 @@ func Check(holds []*Hold, w *Witness, tol time.Duration) Findings {
 	f.Holds = len(holds)
 	byKey := map[string][]*Hold{}
 	for _, h := range holds {
-		byKey[h.Key] = append(byKey[h.Key], h)
+		for _, k := range h.AllKeys() {
+			byKey[k] = append(byKey[k], h)
+		}
 		f.Extends += len(h.Extends)
 		checkExtends(&f, h, w, tol)
 		for _, rv := range h.Revived {
@@ -258,6 +355,9 @@ func Check(holds []*Hold, w *Witness, tol time.Duration) Findings {
 			checkWitness(&f, h, w)
 		}
 	}
+	if w != nil {
+		checkLateEffects(&f, holds, w)
+	}
 	for key, hs := range byKey {
 		live := slices.DeleteFunc(slices.Clone(hs), func(h *Hold) bool { return !h.Start.Before(h.End().Add(-h.Tolerance)) })
 		sort.Slice(live, func(i, j int) bool { return live[i].Start.Before(live[j].Start) })
@@ -271,12 +371,25 @@ func Check(holds []*Hold, w *Witness, tol time.Duration) Findings {
 				}
 				if b.Token != a.Token {
 					f.Overlaps++
-					f.example("overlap on %s: %s (%s) valid [+0, +%v] and %s (%s) from +%v", key, a.Client, a.Kind,
-						end.Sub(a.Start), b.Client, b.Kind, b.Start.Sub(a.Start))
+					f.example("overlap on %s: %s (%s %v) valid [+0, +%v] and %s (%s %v) from +%v", key, a.Client, a.Kind, a.AllKeys(),
+						end.Sub(a.Start), b.Client, b.Kind, b.AllKeys(), b.Start.Sub(a.Start))
+				}
+			}
+			// A lock released before its minimum hold keeps its key until
+			// KeptUntil: nobody else may get it before (a drift allowance
+			// and the two clocks' readings aside).
+			if !a.KeptUntil.IsZero() && a.Released {
+				kept := a.KeptUntil.Add(-time.Duration(float64(a.HoldAtLeast)*0.01) - 3*time.Millisecond)
+				for _, b := range live[i+1:] {
+					if b.Token != a.Token && !b.Start.Before(a.End()) && b.Start.Before(kept) {
+						f.HoldAtLeastBroken++
+						f.example("hold at least broken on %s: %s released early, kept until +%v; %s got it at +%v", key, a.Client,
+							a.KeptUntil.Sub(a.Start), b.Client, b.Start.Sub(a.Start))
+					}
 				}
 			}
 			if a.Fence > 0 {
-				if topHolder != nil && a.Fence <= top {
+				if topHolder != nil && a.Fence <= top && a.Token != topHolder.Token { // a hand-over keeps its fence
 					f.FenceRegressions++
 					f.example("fence regression on %s: %s got %d after %s had %d", key, a.Client, a.Fence, topHolder.Client, top)
 				}
@@ -390,4 +503,268 @@ func RecreatedAfterRelease(w *Witness, token string, m int) bool {
 		}
 	}
 	return false
+}
+
+// checkLateEffects finds extend requests that a master ran after the end of
+// the validity they were sent for: for each token (a hand-over's holds
+// share one), a request that ran at T was sent at or before T, for a
+// validity that ended no later than the latest end the lock reported by T
+// (its Calls, and its readings). An extend's PEXPIRE or re-take after that
+// is a renewal that took effect past the validity it served. 1ms for the
+// two clocks' readings.
+func checkLateEffects(f *Findings, holds []*Hold, w *Witness) {
+	type mark struct{ at, end int64 }
+	byToken := map[string][]mark{}
+	who := map[string]*Hold{}
+	for _, h := range holds {
+		if h.Token == "" || strings.HasPrefix(h.Token, "do-") {
+			continue
+		}
+		h.mu.Lock()
+		for _, c := range h.Calls {
+			byToken[h.Token] = append(byToken[h.Token], mark{c.Start.UnixMicro(), c.Served.UnixMicro()})
+		}
+		for _, g := range h.grown {
+			byToken[h.Token] = append(byToken[h.Token], mark{g.At.UnixMicro(), g.End.UnixMicro()})
+		}
+		h.mu.Unlock()
+		who[h.Token] = h
+	}
+	for token, ms := range byToken {
+		sort.Slice(ms, func(i, j int) bool { return ms[i].at < ms[j].at })
+		// best(T): the latest end reported by T.
+		best := func(t int64) int64 {
+			b := int64(math.MinInt64)
+			for _, m := range ms {
+				if m.at > t {
+					break
+				}
+				b = max(b, m.end)
+			}
+			return b
+		}
+		for _, ev := range w.Events(token) {
+			if ev.Kind != EvEffect && ev.Kind != EvRetake && ev.Kind != EvExtend {
+				continue
+			}
+			if late := ev.At - best(ev.At+1000); late > 1000 {
+				h := who[token]
+				if ev.Kind == EvExtend {
+					f.ExtendRanAfterValidity++
+					continue
+				}
+				f.RenewalAfterValidity++
+				f.example("renewal after validity: %s %s: master %d ran an extend's %s %v after the end of the validity it was sent for",
+					h.Client, h.Key, ev.Master, map[string]string{EvEffect: "PEXPIRE", EvRetake: "re-take"}[ev.Kind], time.Duration(late)*time.Microsecond)
+			}
+		}
+	}
+}
+
+// A World is what the checks of waits and hand-overs need to know of a
+// run beyond its holds.
+type World struct {
+	// Nodes returns the masters of key and its quorum; ok is false for a
+	// key whose state the witness does not follow (it is not checked).
+	Nodes func(key string) (masters []int, quorum int, ok bool)
+	// Disturbed returns, when a fault that can hold up client's calls on
+	// key was under way at some time in [from, to] (a window on its own
+	// connections, a master frozen, the client restarted), the time that
+	// fault and its aftermath ended (go-redis's re-dial, a subscription's
+	// retry); zero otherwise.
+	Disturbed func(client, key string, from, to time.Time) time.Time
+	// Round is how long client may take to obtain a key that is free on a
+	// quorum once it asks (a gate's round, then the rest, and one more for
+	// a reply that came late on a loaded machine: three node timeouts, a
+	// turn's wait, twice the slack); Settle how long after its release a
+	// released key may still be on a master (a node timeout, then a kept
+	// Release sent again at a lane's tick within another, and the slack).
+	Round, Settle func(client string) time.Duration
+	// Horizon is how far the witness has read: nothing later is judged.
+	Horizon time.Time
+}
+
+// CheckWorld adds to f the checks that read the keys' states from the
+// witness: every wait bounded once a quorum of the key's masters is free,
+// and no key left behind a hand-over's release.
+func CheckWorld(f *Findings, holds []*Hold, waits []*WaitRec, w *Witness, wd World) {
+	us := func(t time.Time) int64 { return t.UnixMicro() }
+	at := func(u int64) time.Time { return time.UnixMicro(u) }
+	horizon := us(wd.Horizon)
+	free := map[string][]FreeSpan{}
+	freeOf := func(key string) ([]FreeSpan, bool) {
+		if fs, ok := free[key]; ok {
+			return fs, true
+		}
+		ms, q, ok := wd.Nodes(key)
+		if !ok {
+			return nil, false
+		}
+		var per [][]KeyChange
+		for _, m := range ms {
+			per = append(per, w.Changes(m, w.prefix+key))
+		}
+		free[key] = FreeStretches(per, q)
+		return free[key], true
+	}
+	for _, x := range waits {
+		fs, ok := freeOf(x.Key)
+		if !ok {
+			continue
+		}
+		round := wd.Round(x.Client)
+		for _, sp := range fs {
+			// x waited while the key was free on a quorum from F on: it (or
+			// another waiter) must get it by the time a quorum of the keys
+			// it was refused by could have expired (announcements lost),
+			// plus a round, unless another took it (the span ends), or a
+			// fault held x's calls up meanwhile.
+			t0 := max(sp.From, us(x.Start))
+			if t0 >= sp.To || t0 >= us(x.End) {
+				continue
+			}
+			deadline := max(t0, sp.Quorum) + round.Microseconds()
+			if deadline > horizon {
+				continue
+			}
+			if d := wd.Disturbed(x.Client, x.Key, at(t0), at(deadline)); !d.IsZero() {
+				continue
+			}
+			f.WaitsChecked++
+			if us(x.End) > deadline && sp.To > deadline {
+				f.WaitLate++
+				what := "waiter"
+				if x.Watch {
+					what = "WaitReleased"
+				}
+				f.example("wait late: %s %s of %s: the key free on a quorum from %s (the refusals' keys gone by +%v), still waiting %v after (bound %v; it ended %v: ok=%v %s)",
+					x.Client, what, x.Key, at(sp.From).Format("15:04:05.000"), time.Duration(sp.Quorum-sp.From)*time.Microsecond,
+					time.Duration(min(us(x.End), sp.To)-t0)*time.Microsecond, time.Duration(deadline-t0)*time.Microsecond,
+					x.End.Sub(at(t0)), x.OK, x.Err)
+				break
+			}
+		}
+	}
+	for _, h := range holds {
+		if h.Kind != "attach" || !h.Released || h.ReleaseEnd.IsZero() {
+			continue
+		}
+		settle := wd.Settle(h.Client)
+		t := h.ReleaseEnd.Add(settle)
+		for range 20 { // past every fault of the client's, and its aftermath
+			d := wd.Disturbed(h.Client, h.Key, h.ReleaseStart, t)
+			if d.IsZero() || !d.After(t.Add(-settle)) {
+				break
+			}
+			t = d.Add(settle)
+		}
+		if us(t) > horizon || (!h.KeptUntil.IsZero() && h.KeptUntil.After(t)) {
+			continue
+		}
+		checked := false
+		for _, key := range h.AllKeys() {
+			ms, _, ok := wd.Nodes(key)
+			if !ok {
+				continue
+			}
+			checked = true
+			for _, m := range ms {
+				if v, ok := ValueAt(w.Changes(m, w.prefix+key), us(t)); ok && (v == h.Token || strings.HasPrefix(v, h.Token+"!")) {
+					f.StrayAfterHandover++
+					f.example("stray after hand-over: %s released %s (attached) at +%v; master %d still holds it %v later", h.Client, key,
+						h.ReleaseEnd.Sub(h.Start), m, t.Sub(h.ReleaseEnd))
+				}
+			}
+		}
+		if checked {
+			f.HandoversChecked++
+		}
+	}
+}
+
+// A FreeSpan is a stretch during which a key was absent on a quorum of its
+// masters; Quorum is when a quorum of the keys there at its start would
+// have expired (those deleted, at their expiry; those still there, too).
+type FreeSpan struct {
+	Span
+	Quorum int64
+}
+
+// FreeStretches returns the stretches during which the key was absent on
+// at least q of the masters whose changes are given.
+func FreeStretches(per [][]KeyChange, q int) []FreeSpan {
+	pres := make([][]Present, len(per))
+	times := []int64{0}
+	for i, cs := range per {
+		pres[i] = Presence(cs)
+		for _, p := range pres[i] {
+			times = append(times, p.From, p.To)
+		}
+	}
+	slices.Sort(times)
+	times = slices.Compact(times)
+	presentAt := func(i int, t int64) bool {
+		for _, p := range pres[i] {
+			if p.From <= t && t < p.To {
+				return true
+			}
+		}
+		return false
+	}
+	var out []FreeSpan
+	for k, t := range times {
+		if t == math.MaxInt64 {
+			break
+		}
+		absent := 0
+		for i := range per {
+			if !presentAt(i, t) {
+				absent++
+			}
+		}
+		end := int64(math.MaxInt64)
+		if k+1 < len(times) {
+			end = times[k+1]
+		}
+		if absent < q {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].To == t {
+			out[n-1].To = end
+			continue
+		}
+		out = append(out, FreeSpan{Span: Span{t, end}, Quorum: quorumExpiry(pres, q, t)})
+	}
+	return out
+}
+
+// quorumExpiry returns when a quorum of the masters' keys, as they were
+// just before t, would have expired: a key there at t, at its expiry; one
+// deleted at or before t, at the expiry it had then; one expired, when it
+// did.
+func quorumExpiry(pres [][]Present, q int, t int64) int64 {
+	var xs []int64
+	for _, ps := range pres {
+		x := int64(math.MinInt64)
+		for _, p := range ps {
+			if p.From > t {
+				break
+			}
+			switch {
+			case p.To > t || p.To == p.Exp || p.Exp == 0: // still there, expired, or deleted without expiry
+				x = p.To
+				if p.To > t {
+					x = p.Exp
+					if x == 0 {
+						x = math.MaxInt64
+					}
+				}
+			default: // deleted before it expired
+				x = p.Exp
+			}
+		}
+		xs = append(xs, x)
+	}
+	slices.Sort(xs)
+	return max(t, xs[q-1])
 }

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -12,10 +13,10 @@ import (
 // newTestWitness is a Witness fed by hand (no masters).
 func newTestWitness() *Witness {
 	w := &Witness{prefix: "chaos:", scripts: map[string]string{}, tokens: map[string][]WitnessEvent{}, keep: map[string]bool{},
-		cur: make([]witnessCmd, 5), seq: make([]int64, 5)}
+		cur: make([]witnessCmd, 5), seq: make([]int64, 5), repl: map[string]bool{}}
 	for range 5 {
 		w.marks = append(w.marks, map[string]bool{})
-		w.loaded = append(w.loaded, map[string]bool{})
+		w.states = append(w.states, map[string]*keyTrack{})
 	}
 	w.cond.L = &w.mu
 	return w
@@ -25,6 +26,13 @@ const (
 	srcRelease = "local v = redis.call('GET', KEYS[1]) if v == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end return 0"
 	srcExtend  = "local v = redis.call('GET', KEYS[1]) if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end if v == false then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end return 0"
 )
+
+// feedRun gives master m's monitor a script call at t (µs) and its first
+// command, a GET: the script ran.
+func feedRun(w *Witness, m int, t int64, args ...string) {
+	feed(w, m, t, false, args...)
+	feed(w, m, t, true, "GET", args[3])
+}
 
 // feed gives master m's monitor a line at t (µs) from a client, or from
 // lua when lua is set.
@@ -76,12 +84,12 @@ func TestWitnessEvents(t *testing.T) {
 	feed(w, 0, 4002, true, "SET", "chaos:k", "A", "PX", "500")
 	// A key outside the prefix, and another token's commands, are not A's.
 	feed(w, 0, 5000, false, "evalsha", shaRel, "1", "other:k", "A")
-	feed(w, 1, 5000, false, "eval", srcRelease, "1", "chaos:k", "B")
+	feedRun(w, 1, 5000, "eval", srcRelease, "1", "chaos:k", "B")
 	var kinds []string
 	for _, ev := range w.Events("A") {
 		kinds = append(kinds, ev.Kind)
 	}
-	if want := fmt.Sprint([]string{EvAcquire, EvExtend, EvRelease, EvDelete, EvExtend, EvRetake}); fmt.Sprint(kinds) != want {
+	if want := fmt.Sprint([]string{EvAcquire, EvExtend, EvEffect, EvRelease, EvDelete, EvExtend, EvRetake}); fmt.Sprint(kinds) != want {
 		t.Errorf("A's events %v, want %v", kinds, want)
 	}
 	if evs := w.Events("B"); len(evs) != 1 || evs[0].Kind != EvRelease || evs[0].Master != 1 {
@@ -124,7 +132,7 @@ func TestCheckExtendAfterValidity(t *testing.T) {
 	ext := ExtendRec{Start: at(0), End: at(30), TTL: time.Second, Before: at(10), OK: true}
 	h := &Hold{Client: "c", Key: "k", Token: "A", Quorum: 3, Start: at(-100), Until: at(900), Extends: []ExtendRec{ext}}
 	for m, ms := range []int{2, 5, 8, 25, 26} { // three in time
-		feed(w, m, us(ms), false, "evalsha", sha, "1", "chaos:k", "A", "1000")
+		feedRun(w, m, us(ms), "evalsha", sha, "1", "chaos:k", "A", "1000")
 	}
 	if f := Check([]*Hold{h}, w, 0); f.ExtendSuccessAfterValidity != 0 {
 		t.Errorf("three of five ran it in time: got %d", f.ExtendSuccessAfterValidity)
@@ -134,9 +142,9 @@ func TestCheckExtendAfterValidity(t *testing.T) {
 		feed(w2, m, 0, false, "script", "load", srcExtend)
 	}
 	for m, ms := range []int{2, 5, 20, 25, 26} { // two in time
-		feed(w2, m, us(ms), false, "evalsha", sha, "1", "chaos:k", "A", "1000")
+		feedRun(w2, m, us(ms), "evalsha", sha, "1", "chaos:k", "A", "1000")
 	}
-	feed(w2, 2, us(-50), false, "evalsha", sha, "1", "chaos:k", "A", "1000") // an earlier Extend's: not this one's
+	feedRun(w2, 2, us(-50), "evalsha", sha, "1", "chaos:k", "A", "1000") // an earlier Extend's: not this one's
 	if f := Check([]*Hold{h}, w2, 0); f.ExtendSuccessAfterValidity != 1 {
 		t.Errorf("two of five ran it in time: got %d, want 1", f.ExtendSuccessAfterValidity)
 	}
@@ -192,6 +200,21 @@ func TestCheckHolds(t *testing.T) {
 			a.Extends = []ExtendRec{{Start: at(100), End: at(150), TTL: 50 * time.Millisecond, Before: at(1000), After: at(148)}}
 			return []*Hold{a}
 		}(), Findings{}},
+		{"a set and a key that share a key", func() []*Hold {
+			a := hold("a", 1, 0, 100)
+			a.Key, a.Keys = "j", []string{"j", "k"}
+			return []*Hold{a, hold("b", 2, 50, 200)}
+		}(), Findings{Overlaps: 1}},
+		{"a hand-over keeps its fence", func() []*Hold {
+			a, b := hold("a", 3, 0, 100), hold("b", 3, 60, 200)
+			a.HandedAt, b.Token, b.Kind = at(50), "a", "attach"
+			return []*Hold{a, b}
+		}(), Findings{}},
+		{"taken before the minimum hold of an early release", func() []*Hold {
+			a := hold("a", 1, 0, 1000)
+			a.ReleaseStart, a.Released, a.HoldAtLeast, a.KeptUntil = at(100), true, 500*time.Millisecond, at(500)
+			return []*Hold{a, hold("b", 2, 300, 400), hold("c", 3, 600, 700)}
+		}(), Findings{HoldAtLeastBroken: 1}},
 		{"Extend after a lapse", func() []*Hold {
 			a := hold("a", 1, 0, 1000)
 			a.Extends = []ExtendRec{{Start: at(100), End: at(150), TTL: time.Second, OK: true, After: at(1100)}}
@@ -223,11 +246,11 @@ func TestCheckStaleNeedsAReach(t *testing.T) {
 	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 0 {
 		t.Errorf("no master ran it: got %d", f.StaleAfterFailedExtend)
 	}
-	feed(w, 0, at(600).UnixMicro(), false, "evalsha", sha, "1", "chaos:k", "A", "50") // after the release started: not this one's
+	feedRun(w, 0, at(600).UnixMicro(), "evalsha", sha, "1", "chaos:k", "A", "50") // after the release started: not this one's
 	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 0 {
 		t.Errorf("a later run counted: got %d", f.StaleAfterFailedExtend)
 	}
-	feed(w, 0, at(150).UnixMicro(), false, "evalsha", sha, "1", "chaos:k", "A", "50") // it arrived, late
+	feedRun(w, 0, at(150).UnixMicro(), "evalsha", sha, "1", "chaos:k", "A", "50") // it arrived, late
 	if f := Check([]*Hold{h}, w, 0); f.StaleAfterFailedExtend != 1 {
 		t.Errorf("a master ran it: got %d, want 1", f.StaleAfterFailedExtend)
 	}
@@ -349,5 +372,151 @@ func TestWitnessOnLibrary(t *testing.T) {
 				t.Error("a re-take before the release counted as one after it")
 			}
 		})
+	}
+}
+
+// TestWitnessTracksKeys: a tracked key's value and expiry follow the
+// master's commands (SET NX PX refused when the key is there, APPEND,
+// PEXPIRE GT, DEL) and its clock (it expires).
+func TestWitnessTracksKeys(t *testing.T) {
+	w := newTestWitness()
+	w.Track("chaos:k")
+	ms := func(n int64) int64 { return n * 1000 }
+	feed(w, 0, ms(1000), false, "set", "chaos:k", "A", "nx", "px", "100")
+	feed(w, 0, ms(1010), false, "set", "chaos:k", "B", "nx", "px", "100") // refused: A holds it
+	feed(w, 0, ms(1020), true, "APPEND", "chaos:k", "!q")
+	feed(w, 0, ms(1050), true, "PEXPIRE", "chaos:k", "200", "GT")         // to 1250
+	feed(w, 0, ms(1060), true, "PEXPIRE", "chaos:k", "10", "GT")          // not shorter
+	feed(w, 0, ms(1300), false, "set", "chaos:k", "C", "nx", "px", "100") // A's expired at 1250: C gets it
+	feed(w, 0, ms(1350), true, "DEL", "chaos:k")
+	cs := w.Changes(0, "chaos:k")
+	for _, c := range []struct {
+		at    int64
+		value string
+		ok    bool
+	}{{999, "", false}, {1005, "A", true}, {1030, "A!q", true}, {1249, "A!q", true}, {1251, "", false}, {1310, "C", true}, {1351, "", false}} {
+		if v, ok := ValueAt(cs, ms(c.at)); v != c.value || ok != c.ok {
+			t.Errorf("at %dms: %q %v, want %q %v", c.at, v, ok, c.value, c.ok)
+		}
+	}
+	if w.Changes(1, "chaos:k") != nil && len(w.Changes(1, "chaos:k")) != 0 {
+		t.Error("master 1 ran nothing on the key")
+	}
+	if w.Changes(0, "chaos:other") != nil {
+		t.Error("an untracked key has changes")
+	}
+}
+
+// TestFreeStretches: a key is free while absent on a quorum; the span's
+// Quorum is when a quorum of the keys there before it would have expired.
+func TestFreeStretches(t *testing.T) {
+	// Three masters, quorum 2: A holds 0 and 1 (expiring at 500), a stray on
+	// 2 (expiring at 10000). A releases 0 at 100 and 1 at 120: free from 120,
+	// where the keys of 0 and 1 would have lasted until 500.
+	a := func(from, exp int64) []KeyChange { return []KeyChange{{At: from, Present: true, Value: "A", Exp: exp}} }
+	per := [][]KeyChange{
+		append(a(10, 500), KeyChange{At: 100}),
+		append(a(10, 500), KeyChange{At: 120}),
+		{{At: 5, Present: true, Value: "stray", Exp: 10000}},
+	}
+	fs := FreeStretches(per, 2)
+	if len(fs) != 2 || fs[0].From != 0 || fs[0].To != 10 || fs[1].From != 120 || fs[1].To != math.MaxInt64 || fs[1].Quorum != 500 {
+		t.Errorf("got %+v", fs)
+	}
+}
+
+// TestCheckLateEffects: an extend's PEXPIRE (or re-take) that a master ran
+// after the end of the validity its request was sent for counts; one in
+// time does not, nor one a later call (a renewal) explains, nor a request
+// that ran late and did nothing.
+func TestCheckLateEffects(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	us := func(ms int) int64 { return at(ms).UnixMicro() }
+	w := newTestWitness()
+	sha := w.learn(srcExtend)
+	h := &Hold{Client: "c", Key: "k", Token: "A", Quorum: 1, Start: at(0)}
+	h.Observe(at(0), 100*time.Millisecond) // valid until 100
+	h.Called(at(50), at(100))              // an Extend at 50, for the validity until 100
+	ext := func(ms int, effect bool) {
+		feed(w, 0, us(ms), false, "evalsha", sha, "1", "chaos:k", "A", "500")
+		feed(w, 0, us(ms), true, "GET", "chaos:k")
+		if effect {
+			feed(w, 0, us(ms), true, "PEXPIRE", "chaos:k", "500")
+		}
+	}
+	ext(60, true)   // in time
+	ext(150, false) // late, found the key gone: nothing
+	if f := Check([]*Hold{h}, w, 0); f.RenewalAfterValidity != 0 || f.ExtendRanAfterValidity != 1 {
+		t.Errorf("got %d effects, %d late runs; want 0 and 1", f.RenewalAfterValidity, f.ExtendRanAfterValidity)
+	}
+	ext(160, true) // late, and it took effect
+	if f := Check([]*Hold{h}, w, 0); f.RenewalAfterValidity != 1 {
+		t.Errorf("got %d late effects, want 1", f.RenewalAfterValidity)
+	}
+	h.Called(at(155), at(400)) // a renewal from 155 on explains it
+	if f := Check([]*Hold{h}, w, 0); f.RenewalAfterValidity != 0 {
+		t.Errorf("got %d late effects, want 0", f.RenewalAfterValidity)
+	}
+}
+
+// TestCheckWorld: a wait that outlasts its bound while a quorum is free
+// counts, unless a fault held its client up or another took the key; a key
+// left on a master after a hand-over's release counts once it settled.
+func TestCheckWorld(t *testing.T) {
+	t0 := time.Now().Add(-time.Minute)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	us := func(ms int) int64 { return at(ms).UnixMicro() }
+	w := newTestWitness()
+	w.Track("chaos:k")
+	// A holds k on master 0 until 1000 (released at 100), single master.
+	feed(w, 0, us(0), false, "set", "chaos:k", "A", "nx", "px", "1000")
+	feed(w, 0, us(100), false, "del", "chaos:k")
+	var disturbedUntil time.Time
+	wd := World{
+		Nodes:     func(string) ([]int, int, bool) { return []int{0}, 1, true },
+		Disturbed: func(string, string, time.Time, time.Time) time.Time { return disturbedUntil },
+		Round:     func(string) time.Duration { return 50 * time.Millisecond },
+		Settle:    func(string) time.Duration { return 50 * time.Millisecond },
+		Horizon:   at(5000),
+	}
+	// Free from 100 on; the deleted key would have lasted until 1000: the
+	// waiter has until 1050.
+	late := &WaitRec{Client: "c", Key: "k", Start: at(50), End: at(2000)}
+	inTime := &WaitRec{Client: "c", Key: "k", Start: at(50), End: at(1040), OK: true}
+	var f Findings
+	CheckWorld(&f, nil, []*WaitRec{late, inTime}, w, wd)
+	if f.WaitsChecked != 2 || f.WaitLate != 1 {
+		t.Errorf("got %d checked, %d late; want 2 and 1", f.WaitsChecked, f.WaitLate)
+	}
+	disturbedUntil = at(1500)
+	f = Findings{}
+	CheckWorld(&f, nil, []*WaitRec{late}, w, wd)
+	if f.WaitsChecked != 0 || f.WaitLate != 0 {
+		t.Errorf("disturbed: got %d checked, %d late", f.WaitsChecked, f.WaitLate)
+	}
+	disturbedUntil = time.Time{}
+	// Another took it at 1030: the span ended in time.
+	feed(w, 0, us(1030), false, "set", "chaos:k", "B", "nx", "px", "1000")
+	f = Findings{}
+	CheckWorld(&f, nil, []*WaitRec{late}, w, wd)
+	if f.WaitLate != 0 {
+		t.Errorf("taken by another: got %d late", f.WaitLate)
+	}
+
+	// A hand-over: B's handle released at 3000; master 0 still holds B's
+	// token at 3050 (settled): a stray. Gone by then: none.
+	feed(w, 0, us(2000), false, "set", "chaos:k", "H", "px", "5000")
+	h := &Hold{Client: "c", Key: "k", Token: "H", Kind: "attach", Quorum: 1, Start: at(2000), ReleaseStart: at(2990), ReleaseEnd: at(3000), Released: true}
+	f = Findings{}
+	CheckWorld(&f, []*Hold{h}, nil, w, wd)
+	if f.HandoversChecked != 1 || f.StrayAfterHandover != 1 {
+		t.Errorf("got %d checked, %d strays; want 1 and 1", f.HandoversChecked, f.StrayAfterHandover)
+	}
+	feed(w, 0, us(3020), false, "del", "chaos:k")
+	f = Findings{}
+	CheckWorld(&f, []*Hold{h}, nil, w, wd)
+	if f.StrayAfterHandover != 0 {
+		t.Errorf("deleted in time: got %d strays", f.StrayAfterHandover)
 	}
 }

@@ -24,6 +24,15 @@ type Locker interface {
 	// Do runs fn under the lock while a watchdog renews it (redlock's
 	// Client.Do).
 	Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) error
+	// DoMulti is Do on a set of keys (redlock's Client.DoMulti).
+	DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) error
+	// WaitReleased waits until key is free on a quorum (redlock's
+	// Client.WaitReleased).
+	WaitReleased(ctx context.Context, key string) error
+	// Attach and AttachMulti take over a lock held under token (redlock's
+	// Client.Attach, Client.AttachMulti): a hand-over between clients.
+	Attach(ctx context.Context, key, token string, ttl time.Duration, fence int64) (Held, error)
+	AttachMulti(ctx context.Context, keys []string, token string, ttl time.Duration, fence int64) (Held, error)
 	// Close ends the locker's work (redlock's Client.Close).
 	Close() error
 }
@@ -31,12 +40,20 @@ type Locker interface {
 // A Held lock (redlock's *Lock).
 type Held interface {
 	Key() string
+	Keys() []string
 	Token() string
 	Fence() int64
 	Validity() time.Duration
 	Extend(ctx context.Context, ttl time.Duration) error
 	Release(ctx context.Context) error
 	KeepAlive(ctx context.Context, opts ...Opt) (context.Context, func(), error)
+	// Do runs fn while a watchdog renews the lock, then releases it
+	// (redlock's Lock.Do).
+	Do(ctx context.Context, fn func(context.Context) error, opts ...Opt) error
+	// KeptUntil is, after an early Release of a lock held at least for a
+	// while, until when the masters keep its key (redlock's
+	// Lock.KeptUntil); zero otherwise.
+	KeptUntil() time.Time
 }
 
 // Opts are the per-call options the scenarios use.
@@ -44,6 +61,9 @@ type Opts struct {
 	Retry      time.Duration // retry after about this long (redlock.LinearBackoff); 0: one attempt
 	RenewEvery time.Duration // the watchdog's interval; 0: the lock's default
 	Wait       bool          // wait for a release until the context ends (redlock.WithWait)
+	// HoldAtLeast keeps the key at least this long from the grant, also
+	// when released sooner (redlock.WithHoldAtLeast).
+	HoldAtLeast time.Duration
 }
 
 // An Opt sets one of Opts.
@@ -56,6 +76,10 @@ func RetryEvery(d time.Duration) Opt { return func(o *Opts) { o.Retry = d } }
 // Wait waits for the lock until the context ends, woken by the holder's
 // release (redlock.WithWait).
 func Wait() Opt { return func(o *Opts) { o.Wait = true } }
+
+// HoldAtLeast keeps the key at least d from the grant
+// (redlock.WithHoldAtLeast).
+func HoldAtLeast(d time.Duration) Opt { return func(o *Opts) { o.HoldAtLeast = d } }
 
 // RenewEvery sets the watchdog's interval.
 func RenewEvery(d time.Duration) Opt { return func(o *Opts) { o.RenewEvery = d } }
@@ -79,6 +103,11 @@ type LockConfig struct {
 	// WithReplicaAcks); 0: none.
 	ReplicaAcks int
 	AckWait     time.Duration
+	// OnExtend, if set, hears of every Extend, renewal and Attach of the
+	// lock's, with the context it ran with (a renewal's carries its
+	// watchdog's values), when its requests were first sent (about) and the
+	// end of the validity they were sent for.
+	OnExtend func(ctx context.Context, start, served time.Time)
 }
 
 // A NewLocker builds a Locker over masters; one master means a
@@ -97,6 +126,9 @@ func Redlock(masters []redis.UniversalClient, cfg LockConfig) (Locker, error) {
 	}
 	if cfg.ReplicaAcks > 0 {
 		opts = append(opts, redlock.WithReplicaAcks(cfg.ReplicaAcks, cfg.AckWait))
+	}
+	if cfg.OnExtend != nil {
+		opts = append(opts, redlock.WithObserver(extendObserver(cfg.OnExtend)))
 	}
 	var c *redlock.Client
 	var err error
@@ -125,7 +157,22 @@ func obtainOpts(opts []Opt) []redlock.ObtainOption {
 	if o.RenewEvery > 0 {
 		out = append(out, redlock.WithRenewEvery(o.RenewEvery))
 	}
+	if o.HoldAtLeast > 0 {
+		out = append(out, redlock.WithHoldAtLeast(o.HoldAtLeast))
+	}
 	return out
+}
+
+// extendObserver hands every Extend and renewal to a LockConfig's
+// OnExtend: the call began Latency before the event (Observe runs right
+// after it returns), for the validity it had then (Before).
+type extendObserver func(ctx context.Context, start, served time.Time)
+
+func (f extendObserver) Observe(ctx context.Context, e redlock.Event) {
+	if ev, ok := e.(*redlock.ExtendEvent); ok {
+		start := time.Now().Add(-ev.Latency)
+		f(ctx, start, start.Add(ev.Before))
+	}
 }
 
 func (l libLocker) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Opt) (Held, error) {
@@ -148,10 +195,38 @@ func (l libLocker) Do(ctx context.Context, key string, ttl time.Duration, fn fun
 	return l.c.Do(ctx, key, ttl, fn, obtainOpts(opts)...)
 }
 
+func (l libLocker) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) error {
+	return l.c.DoMulti(ctx, keys, ttl, fn, obtainOpts(opts)...)
+}
+
+func (l libLocker) WaitReleased(ctx context.Context, key string) error {
+	return l.c.WaitReleased(ctx, key)
+}
+
+func (l libLocker) Attach(ctx context.Context, key, token string, ttl time.Duration, fence int64) (Held, error) {
+	lock, err := l.c.Attach(ctx, key, token, ttl, fence)
+	if err != nil {
+		return nil, err
+	}
+	return libHeld{lock}, nil
+}
+
+func (l libLocker) AttachMulti(ctx context.Context, keys []string, token string, ttl time.Duration, fence int64) (Held, error) {
+	lock, err := l.c.AttachMulti(ctx, keys, token, ttl, fence)
+	if err != nil {
+		return nil, err
+	}
+	return libHeld{lock}, nil
+}
+
 func (l libLocker) Close() error { return l.c.Close() }
 
 type libHeld struct{ *redlock.Lock }
 
 func (h libHeld) KeepAlive(ctx context.Context, opts ...Opt) (context.Context, func(), error) {
 	return h.Lock.KeepAlive(ctx, obtainOpts(opts)...)
+}
+
+func (h libHeld) Do(ctx context.Context, fn func(context.Context) error, opts ...Opt) error {
+	return h.Lock.Do(ctx, fn, obtainOpts(opts)...)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,7 +79,27 @@ type knobs struct {
 	multiWait  bool // holds the keys taken while it waits for the next: two sets can each hold a key the other waits for
 	multiFirst bool // only the first key is taken
 	noWake     bool // a waiting Obtain (Wait) is never woken: after a refused attempt it sleeps until its context ends
+	// A waiting Obtain polls every 10ms, and so does WaitReleased: a poller
+	// stands for the library's wake-ups. With gateWait a waiter refused
+	// sleeps until the key expires where it lives longest: one master's
+	// stray key (a minority) holds every waiter off although a quorum is
+	// free.
+	gateWait bool
+	// An Extend's requests do nothing past their deadline by the master's
+	// clock (the validity's end): noGuard runs them whenever they arrive.
+	noGuard bool
+	// The watchdog renews at least every probeEvery (250ms): it stands for
+	// the library's probe that hears a master change or a subscription cut
+	// within about that. noProbe renews only on its schedule.
+	noProbe bool
+	noKeep  bool // a Release before the minimum hold (HoldAtLeast) deletes the key, and KeptUntil still says it is kept
+	// handoverStray: a handle from Attach releases nothing, and says it did.
+	handoverStray bool
 }
+
+// probeEvery is how often at most the mutant's watchdog renews without
+// noProbe.
+const probeEvery = 250 * time.Millisecond
 
 func parseKnobs(spec string) (knobs, error) {
 	var k knobs
@@ -90,7 +111,8 @@ func parseKnobs(spec string) (knobs, error) {
 		"keepvalidity": &k.keepValidity, "latecancel": &k.lateCancel, "norenew": &k.noRenew,
 		"closenowait": &k.closeNoWait, "closeblocks": &k.closeBlocks, "leak": &k.leak,
 		"slowundo": &k.slowUndo, "straggle": &k.straggle, "retryforever": &k.retryForever, "nowake": &k.noWake,
-		"multiwait": &k.multiWait, "multifirst": &k.multiFirst,
+		"multiwait": &k.multiWait, "multifirst": &k.multiFirst, "gatewait": &k.gateWait, "noguard": &k.noGuard,
+		"noprobe": &k.noProbe, "nokeep": &k.noKeep, "handoverstray": &k.handoverStray,
 	}
 	for _, f := range strings.Split(spec, ",") {
 		if f == "" || f == "none" {
@@ -116,10 +138,20 @@ local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
 if v == false then return -1 end
 return 0`)
-	mutantExtend = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+	mutantExtend = redis.NewScript(`if ARGV[5] ~= '0' then
+	local t = redis.call('TIME')
+	if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= tonumber(ARGV[5]) then return -2 end
+end
+local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
 if v == false and ARGV[3] == '1' and (ARGV[4] == '0' or redis.call('EXISTS', KEYS[2]) == 0) then
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end
+if v == false then return -1 end
+return 0`)
+	// mutantKeep is the Release of a lock before its minimum hold: the key
+	// stays for the rest of it.
+	mutantKeep = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
 if v == false then return -1 end
 return 0`)
 	mutantAcquireFenced = redis.NewScript(`local ok
@@ -167,7 +199,7 @@ func newMutant(spec string, ms []redis.UniversalClient, cfg LockConfig) (*mutant
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			for _, sc := range []*redis.Script{mutantRelease, mutantExtend, mutantAcquireFenced, mutantRaise} {
+			for _, sc := range []*redis.Script{mutantRelease, mutantExtend, mutantAcquireFenced, mutantRaise, mutantKeep} {
 				sc.Load(ctx, rdb)
 			}
 		})
@@ -307,6 +339,25 @@ func (m *mutantLocker) Obtain(ctx context.Context, key string, ttl time.Duration
 }
 
 func (m *mutantLocker) obtain(ctx context.Context, key string, ttl time.Duration, o Opts, inDo bool) (*mutantHeld, error) {
+	return m.obtainAs(ctx, key, "", ttl, o, inDo)
+}
+
+// longestPTTL is how long the key lives on the master where it lives
+// longest (gateWait's sleep).
+func (m *mutantLocker) longestPTTL(ctx context.Context, full string) time.Duration {
+	var d time.Duration
+	for _, rdb := range m.ms {
+		c, cancel := context.WithTimeout(ctx, m.timeout(time.Second))
+		if p, err := rdb.PTTL(c, full).Result(); err == nil {
+			d = max(d, p)
+		}
+		cancel()
+	}
+	return d
+}
+
+// obtainAs is obtain with the token of the lock (a set's), "" for a new one.
+func (m *mutantLocker) obtainAs(ctx context.Context, key, token string, ttl time.Duration, o Opts, inDo bool) (*mutantHeld, error) {
 	if m.closed.Load() {
 		return nil, redlock.ErrClosed
 	}
@@ -317,7 +368,7 @@ func (m *mutantLocker) obtain(ctx context.Context, key string, ttl time.Duration
 		o.Retry = 10 * time.Millisecond // a poller stands for the library's wake-ups
 	}
 	if o.Wait && m.k.noWake {
-		if h, err := m.attempt(ctx, key, ttl); err == nil {
+		if h, err := m.attempt(ctx, key, token, ttl); err == nil {
 			return h, nil
 		}
 		<-ctx.Done()
@@ -328,12 +379,19 @@ func (m *mutantLocker) obtain(ctx context.Context, key string, ttl time.Duration
 		if last != nil && ctx.Err() != nil {
 			return nil, last
 		}
-		h, err := m.attempt(ctx, key, ttl)
-		if err == nil || o.Retry == 0 {
+		h, err := m.attempt(ctx, key, token, ttl)
+		if err == nil {
+			h.holdAtLeast = o.HoldAtLeast
+			return h, nil
+		}
+		if o.Retry == 0 {
 			return h, err
 		}
 		last = err
 		wait := o.Retry/2 + mrand.N(o.Retry)
+		if o.Wait && m.k.gateWait {
+			wait = max(wait, m.longestPTTL(ctx, m.cfg.Prefix+key))
+		}
 		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
 			return nil, err
 		}
@@ -351,14 +409,21 @@ func (m *mutantLocker) obtain(ctx context.Context, key string, ttl time.Duration
 	}
 }
 
-func (m *mutantLocker) attempt(ctx context.Context, key string, ttl time.Duration) (*mutantHeld, error) {
+func newMutantToken() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (m *mutantLocker) attempt(ctx context.Context, key, token string, ttl time.Duration) (*mutantHeld, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", redlock.ErrNotObtained, ctx.Err())
 	}
-	var b [16]byte
-	rand.Read(b[:])
-	h := &mutantHeld{m: m, key: key, full: m.cfg.Prefix + key, token: hex.EncodeToString(b[:]), ttl: ttl}
+	if token == "" {
+		token = newMutantToken()
+	}
 	start := time.Now()
+	h := &mutantHeld{m: m, key: key, full: m.cfg.Prefix + key, token: token, ttl: ttl, obtained: start}
 	mode := "nx"
 	switch {
 	case m.k.noNX:
@@ -442,8 +507,11 @@ func (m *mutantLocker) ObtainMulti(ctx context.Context, keys []string, ttl time.
 	}
 	for {
 		h, err := m.takeSet(ctx, keys, take, ttl, each)
-		if err == nil || o.Retry == 0 {
-			return h, err
+		if err == nil {
+			return h, nil
+		}
+		if o.Retry == 0 {
+			return nil, err
 		}
 		wait := o.Retry/2 + mrand.N(o.Retry)
 		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
@@ -459,10 +527,11 @@ func (m *mutantLocker) ObtainMulti(ctx context.Context, keys []string, ttl time.
 
 // takeSet takes the keys of take in order, each with o; when one fails it
 // releases those it took.
-func (m *mutantLocker) takeSet(ctx context.Context, keys, take []string, ttl time.Duration, o Opts) (Held, error) {
+func (m *mutantLocker) takeSet(ctx context.Context, keys, take []string, ttl time.Duration, o Opts) (*mutantSet, error) {
 	set := &mutantSet{keys: keys}
+	token := newMutantToken()
 	for _, k := range take {
-		h, err := m.obtain(ctx, k, ttl, o, false)
+		h, err := m.obtainAs(ctx, k, token, ttl, o, false)
 		if err != nil {
 			set.Release(context.WithoutCancel(ctx))
 			return nil, err
@@ -478,9 +547,21 @@ type mutantSet struct {
 	parts []*mutantHeld
 }
 
-func (s *mutantSet) Key() string   { return s.keys[0] }
-func (s *mutantSet) Token() string { return s.parts[0].token }
-func (s *mutantSet) Fence() int64  { return 0 }
+func (s *mutantSet) Key() string            { return s.keys[0] }
+func (s *mutantSet) Keys() []string         { return slices.Clone(s.keys) }
+func (s *mutantSet) Token() string          { return s.parts[0].token }
+func (s *mutantSet) Fence() int64           { return 0 }
+func (s *mutantSet) lockTTL() time.Duration { return s.parts[0].lockTTL() }
+
+func (s *mutantSet) KeptUntil() time.Time {
+	var t time.Time
+	for _, h := range s.parts {
+		if k := h.KeptUntil(); t.IsZero() || k.Before(t) {
+			t = k
+		}
+	}
+	return t
+}
 
 func (s *mutantSet) Validity() time.Duration {
 	v := s.parts[0].Validity()
@@ -506,8 +587,123 @@ func (s *mutantSet) Release(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (s *mutantSet) KeepAlive(context.Context, ...Opt) (context.Context, func(), error) {
-	return nil, nil, errors.New("the mutant keeps no set alive")
+func (s *mutantSet) KeepAlive(ctx context.Context, opts ...Opt) (context.Context, func(), error) {
+	return s.parts[0].m.keepAliveOf(s, ctx, opts)
+}
+
+func (s *mutantSet) Do(ctx context.Context, fn func(context.Context) error, opts ...Opt) error {
+	return s.parts[0].m.doOn(ctx, s, fn, Collect(opts))
+}
+
+// A renewable is what the mutant's watchdog renews: a lock on a key or a set.
+type renewable interface {
+	Validity() time.Duration
+	Extend(ctx context.Context, ttl time.Duration) error
+	Release(ctx context.Context) error
+	lockTTL() time.Duration
+}
+
+func (m *mutantLocker) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) error {
+	m.mu.Lock()
+	if m.closed.Load() {
+		m.mu.Unlock()
+		return redlock.ErrClosed
+	}
+	if !m.k.closeNoWait {
+		m.dos.Add(1)
+		defer m.dos.Done()
+	}
+	m.mu.Unlock()
+	set, err := m.ObtainMulti(ctx, keys, ttl, opts...)
+	if err != nil {
+		return err
+	}
+	return m.doOn(ctx, set.(*mutantSet), fn, Collect(opts))
+}
+
+// WaitReleased polls every 10ms until the key is absent on a quorum (with
+// noWake: looks once, then sleeps until ctx ends).
+func (m *mutantLocker) WaitReleased(ctx context.Context, key string) error {
+	for {
+		if m.closed.Load() {
+			return redlock.ErrClosed
+		}
+		absent := 0
+		for _, rdb := range m.ms {
+			c, cancel := context.WithTimeout(ctx, m.timeout(time.Second))
+			if n, err := rdb.Exists(c, m.cfg.Prefix+key).Result(); err == nil && n == 0 {
+				absent++
+			}
+			cancel()
+		}
+		if absent >= m.quorum {
+			return nil
+		}
+		wait := 10 * time.Millisecond
+		if m.k.noWake {
+			wait = time.Hour
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %q: %w", key, ctx.Err())
+		case <-m.closing:
+			return redlock.ErrClosed
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Attach confirms the lock of token on the masters (its TTL reset where
+// it holds token, nothing re-taken) and returns a handle on it.
+func (m *mutantLocker) Attach(ctx context.Context, key, token string, ttl time.Duration, fence int64) (Held, error) {
+	h, err := m.attach(ctx, key, token, ttl, fence)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (m *mutantLocker) attach(ctx context.Context, key, token string, ttl time.Duration, fence int64) (*mutantHeld, error) {
+	if m.closed.Load() {
+		return nil, redlock.ErrClosed
+	}
+	start := time.Now()
+	h := &mutantHeld{m: m, key: key, full: m.cfg.Prefix + key, token: token, fence: fence, ttl: ttl, obtained: start, attached: true}
+	deadline := m.deadline(ctx, start, ttl)
+	guard := strconv.FormatInt(deadline.UnixMilli(), 10)
+	if m.k.noGuard {
+		guard = "0"
+	}
+	t := m.round(ctx, deadline, func(ctx context.Context, i int) (int64, error) {
+		v, err := mutantExtend.Run(ctx, m.ms[i], h.releaseKeys(), token, ttl.Milliseconds(), "0", "1", guard).Int64()
+		if err == nil && v <= 0 {
+			return 0, errRefused
+		}
+		return 0, err
+	}, true)
+	valid := ttl - m.drift(ttl)
+	switch {
+	case t.ok >= m.quorum && time.Since(start) < valid:
+		h.until.Store(int64(start.Add(valid).Sub(m.epoch)))
+		return h, nil
+	case t.refused > len(m.ms)-m.quorum:
+		return nil, m.quorumError("attach", t, redlock.ErrLockLost)
+	}
+	return nil, m.quorumError("attach", t, redlock.ErrUnavailable)
+}
+
+// AttachMulti attaches every key of the set (the mutant's sets hold one
+// token on each key).
+func (m *mutantLocker) AttachMulti(ctx context.Context, keys []string, token string, ttl time.Duration, fence int64) (Held, error) {
+	set := &mutantSet{keys: keys}
+	for _, k := range keys {
+		h, err := m.attach(ctx, k, token, ttl, fence)
+		if err != nil {
+			return nil, err
+		}
+		set.parts = append(set.parts, h)
+	}
+	return set, nil
 }
 
 func (m *mutantLocker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Opt) (err error) {
@@ -526,7 +722,12 @@ func (m *mutantLocker) Do(ctx context.Context, key string, ttl time.Duration, fn
 	if err != nil {
 		return err
 	}
-	wctx, stop := h.keepAlive(ctx, o)
+	return m.doOn(ctx, h, fn, o)
+}
+
+// doOn runs fn under a watchdog renewing h, then releases h.
+func (m *mutantLocker) doOn(ctx context.Context, h renewable, fn func(context.Context) error, o Opts) (err error) {
+	wctx, stop := m.keepAlive(h, ctx, o)
 	defer func() {
 		stop()
 		rerr := h.Release(context.WithoutCancel(ctx))
@@ -537,6 +738,25 @@ func (m *mutantLocker) Do(ctx context.Context, key string, ttl time.Duration, fn
 		}
 	}()
 	return fn(wctx)
+}
+
+// Do is Lock.Do: fn under a watchdog, then Release.
+func (h *mutantHeld) Do(ctx context.Context, fn func(context.Context) error, opts ...Opt) error {
+	m := h.m
+	m.mu.Lock()
+	if m.closed.Load() {
+		m.mu.Unlock()
+		return redlock.ErrClosed
+	}
+	if !m.k.closeNoWait {
+		m.dos.Add(1)
+		defer m.dos.Done()
+	}
+	m.mu.Unlock()
+	if h.Validity() == 0 {
+		return fmt.Errorf("%w: validity ran out before Do", redlock.ErrLockLost)
+	}
+	return m.doOn(ctx, h, fn, Collect(opts))
 }
 
 func (m *mutantLocker) Close() error {
@@ -570,6 +790,11 @@ type mutantHeld struct {
 	mu    sync.Mutex
 	ttl   time.Duration
 	until atomic.Int64 // ns since m.epoch; 0: released or lost
+
+	obtained    time.Time     // the grant's attempt began
+	holdAtLeast time.Duration // HoldAtLeast
+	kept        time.Time     // KeptUntil
+	attached    bool          // a handle from Attach
 }
 
 // releaseKeys are the lock key and its token's tombstone, in the lock
@@ -578,9 +803,22 @@ func (h *mutantHeld) releaseKeys() []string {
 	return []string{h.full, "{" + h.full + "}:released:" + h.token}
 }
 
-func (h *mutantHeld) Key() string   { return h.key }
-func (h *mutantHeld) Token() string { return h.token }
-func (h *mutantHeld) Fence() int64  { return h.fence }
+func (h *mutantHeld) Key() string    { return h.key }
+func (h *mutantHeld) Keys() []string { return []string{h.key} }
+func (h *mutantHeld) Token() string  { return h.token }
+func (h *mutantHeld) Fence() int64   { return h.fence }
+
+func (h *mutantHeld) lockTTL() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ttl
+}
+
+func (h *mutantHeld) KeptUntil() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.kept
+}
 
 func (h *mutantHeld) Validity() time.Duration {
 	u := h.until.Load()
@@ -606,12 +844,19 @@ func (h *mutantHeld) Extend(ctx context.Context, ttl time.Duration) error {
 	if end := start.Add(v); !m.k.revive && !m.k.noCap && end.Before(deadline) {
 		deadline = end // an Extend may not take effect after the validity ended
 	}
+	if m.cfg.OnExtend != nil {
+		defer m.cfg.OnExtend(ctx, start, start.Add(v))
+	}
 	retake, tombstone := "1", "1"
 	if m.k.noRetake {
 		retake = "0"
 	}
 	if m.k.straggle {
 		tombstone = "0"
+	}
+	guard := strconv.FormatInt(deadline.UnixMilli(), 10)
+	if m.k.noGuard || m.k.revive || m.k.straggle {
+		guard = "0"
 	}
 	last := len(m.ms) - 1
 	t := m.round(ctx, deadline, func(ctx context.Context, i int) (int64, error) {
@@ -620,11 +865,11 @@ func (h *mutantHeld) Extend(ctx context.Context, ttl time.Duration) error {
 				time.Sleep(3 * m.timeout(ttl))
 				ctx, cancel := context.WithTimeout(context.Background(), m.timeout(ttl))
 				defer cancel()
-				mutantExtend.Run(ctx, m.ms[i], h.releaseKeys(), h.token, ttl.Milliseconds(), retake, tombstone)
+				mutantExtend.Run(ctx, m.ms[i], h.releaseKeys(), h.token, ttl.Milliseconds(), retake, tombstone, guard)
 			})
 			return 0, errors.New("sent later")
 		}
-		v, err := mutantExtend.Run(ctx, m.ms[i], h.releaseKeys(), h.token, ttl.Milliseconds(), retake, tombstone).Int64()
+		v, err := mutantExtend.Run(ctx, m.ms[i], h.releaseKeys(), h.token, ttl.Milliseconds(), retake, tombstone, guard).Int64()
 		if err == nil && v <= 0 {
 			return 0, errRefused
 		}
@@ -654,11 +899,24 @@ func (h *mutantHeld) Release(ctx context.Context) error {
 	defer h.mu.Unlock()
 	m := h.m
 	h.until.Store(0)
-	if m.k.neverRelease {
+	if m.k.neverRelease || h.attached && m.k.handoverStray {
 		return nil
 	}
+	keep := time.Duration(0)
+	if h.holdAtLeast > 0 {
+		if until := h.obtained.Add(h.holdAtLeast); time.Until(until) > time.Millisecond {
+			h.kept = until
+			if !m.k.noKeep {
+				keep = time.Until(until)
+			}
+		}
+	}
 	t := m.round(ctx, m.deadline(ctx, time.Now(), h.ttl), func(ctx context.Context, i int) (int64, error) {
-		v, err := mutantRelease.Run(ctx, m.ms[i], h.releaseKeys(), h.token).Int64()
+		run := mutantRelease.Run(ctx, m.ms[i], h.releaseKeys(), h.token)
+		if keep > 0 {
+			run = mutantKeep.Run(ctx, m.ms[i], []string{h.full}, h.token, max(keep.Milliseconds(), 1))
+		}
+		v, err := run.Int64()
 		if err == nil && v <= 0 {
 			return 0, errRefused
 		}
@@ -674,31 +932,36 @@ func (h *mutantHeld) Release(ctx context.Context) error {
 }
 
 func (h *mutantHeld) KeepAlive(ctx context.Context, opts ...Opt) (context.Context, func(), error) {
-	m := h.m
+	return h.m.keepAliveOf(h, ctx, opts)
+}
+
+// keepAliveOf is KeepAlive for a lock on a key or a set.
+func (m *mutantLocker) keepAliveOf(h renewable, ctx context.Context, opts []Opt) (context.Context, func(), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed.Load() {
 		return nil, nil, redlock.ErrClosed
 	}
 	m.dos.Add(1)
-	wctx, stop := h.keepAlive(ctx, Collect(opts))
+	wctx, stop := m.keepAlive(h, ctx, Collect(opts))
 	var once sync.Once
 	return wctx, func() { once.Do(func() { stop(); m.dos.Done() }) }, nil
 }
 
-// keepAlive renews h every ttl/3 until stop, and cancels the returned
-// context when the lock can no longer be trusted.
-func (h *mutantHeld) keepAlive(ctx context.Context, o Opts) (context.Context, func()) {
-	m := h.m
+// keepAlive renews h every ttl/3 (and, without noProbe, at least every
+// probeEvery) until stop, and cancels the returned context when the lock
+// can no longer be trusted. Renewals carry ctx's values.
+func (m *mutantLocker) keepAlive(h renewable, ctx context.Context, o Opts) (context.Context, func()) {
 	wctx, lost := context.WithCancelCause(ctx)
-	h.mu.Lock()
-	ttl := h.ttl
-	h.mu.Unlock()
+	ttl := h.lockTTL()
 	every := o.RenewEvery
 	if every == 0 {
 		every = ttl / 3
 	}
-	base, abort := context.WithCancel(context.Background())
+	if !m.k.noProbe {
+		every = min(every, probeEvery)
+	}
+	base, abort := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	closing := m.closing
 	if m.k.closeNoWait {

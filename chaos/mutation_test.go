@@ -59,6 +59,9 @@ var mutations = []struct {
 	{"S18-wait-never-woken", waitSubscriptionKilled, "redlock-5", "nowake", "waiters obtained"},
 	{"S19-wait-never-woken", waitHolderCrash, "", "nowake", "the first waiter obtained"},
 	{"S20-wait-never-woken", waitMasterRestart, "single", "nowake", "waiters obtained"},
+	{"S21-failover-heard-at-next-renewal", failoverOldMasterUp, "", "noprobe", "neither renewed on the new master"},
+	{"S22-waiters-trust-the-gate", waitStrayMinorityKey, "", "gatewait", "no waiter obtained|the first waiter obtained"},
+	{"S23-cut-subscription-heard-at-next-renewal", partitionedSubscription, "", "noprobe", "was not told"},
 	{"any-row-goroutine-left", extendAfterRestart, "never-revived", "leak", "lock goroutines left"},
 	// The adversary's checks, each on a short run of a fixed seed.
 	{"S15-no-NX", adversaryMutant(1, nil), "", "nonx", "overlaps="},
@@ -101,17 +104,47 @@ var mutations = []struct {
 	{"S15-goroutine-left", adversaryMutant(11, func(c *advConfig) {
 		c.dur = 2 * time.Second // the leak shows at Close, at the end
 	}), "", "leak", "goroutines left"},
+	{"S15-sets-first-key-only", adversaryMutant(12, func(c *advConfig) {
+		c.programs = map[string]int{"multi": 3, "byhand": 2}
+	}), "", "multifirst", "overlaps="},
+	{"S15-waiters-never-woken", adversaryMutant(13, func(c *advConfig) {
+		// Few faults: a wait is judged only away from them.
+		c.weights = map[string]int{"quiet": 80, "pubsub_kill": 20}
+		c.programs = map[string]int{"wait": 3, "watch": 1, "byhand": 2}
+	}), "", "nowake", "wait_late="},
+	{"S15-hand-over-leaves-its-key", adversaryMutant(14, func(c *advConfig) {
+		c.weights = map[string]int{"quiet": 80, "delay": 20}
+		c.programs = map[string]int{"handover": 3, "byhand": 1}
+	}), "", "handoverstray", "stray_after_handover="},
+	{"S15-renewal-runs-past-its-validity", adversaryMutant(15, func(c *advConfig) {
+		// The S15-extend-past-validity mix: Extends at the last moment
+		// through delays, whose requests reach the master after the
+		// validity ended while the key is still there.
+		c.redlockClients, c.singleClients = -1, 2
+		c.weights = map[string]int{"delay": 80, "quiet": 20}
+		c.programs = map[string]int{"byhand": 1}
+		c.steps = map[string]int{"last-moment": 1}
+		c.latency = [2]time.Duration{5 * time.Millisecond, 150 * time.Millisecond}
+		c.actors, c.keys = 4, 8
+	}), "", "noguard", "renewal_after_validity="},
+	{"S15-hold-at-least-ignored", adversaryMutant(16, func(c *advConfig) {
+		c.weights = map[string]int{"quiet": 80, "delay": 20}
+		c.programs = map[string]int{"byhand": 2, "wait": 2}
+		c.holdAtLeast = 1
+	}), "", "nokeep", "hold_at_least_broken="},
 }
 
 // adversaryMutant runs the adversary with seed until the check fails (at
-// most 20s), with
-// more single-instance clients (one master: a delay or a stall fails their
-// calls), more of the windows that make calls fail, and adjust's changes
-// to the mix, so that the check meets what it checks.
+// most 20s), with more single-instance clients (one master: a delay or a
+// stall fails their calls), no Sentinel pair (the mutant ignores
+// WithReplicaAcks), more of the windows that make calls fail, the
+// programs of Obtain, Extend, KeepAlive and Do, and adjust's changes to
+// the mix, so that the check meets what it checks.
 func adversaryMutant(seed uint64, adjust func(*advConfig)) func(*testing.T, *subject) {
 	return func(t *testing.T, s *subject) {
-		cfg := advConfig{seed: seed, dur: 20 * time.Second, redlockClients: 1, singleClients: 4,
-			weights: map[string]int{"delay": 35, "stall": 20, "freeze": 15, "restart": 15, "pause": 5, "drop": 5, "quiet": 5}}
+		cfg := advConfig{seed: seed, dur: 20 * time.Second, redlockClients: 1, singleClients: 4, failoverClients: -1,
+			weights:  map[string]int{"delay": 35, "stall": 20, "freeze": 15, "restart": 15, "pause": 5, "drop": 5, "quiet": 5},
+			programs: map[string]int{"byhand": 5, "keepalive": 2, "do": 3}}
 		if adjust != nil {
 			adjust(&cfg)
 		}

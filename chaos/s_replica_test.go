@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"strconv"
@@ -321,4 +322,135 @@ func replicaFailover(t *testing.T, sub *subject) {
 			}
 		})
 	}
+}
+
+// flagObserve lets the rows that bound how soon something happens (S21,
+// S23) watch on past their bound, to measure when it did: the verdict
+// still reads the bound.
+var flagObserve = flag.Duration("chaos.observe", 0, "how long S21 and S23 watch past their bound, to measure (not judge) what came later")
+
+// heardBound is how soon after a change of master, or a subscription's
+// silent cut coming to light, a watchdog must renew (or tell its work):
+// the Client's probe of its subscriptions runs every 250ms, a renewal
+// takes a round trip; a second for a loaded machine.
+const heardBound = time.Second
+
+// TestS21FailoverOldMasterUp: NewSingle over a Sentinel failover client,
+// a lock held under KeepAlive (TTL 30s, renewals every 9s); SENTINEL
+// FAILOVER promotes the replica and demotes the old master, which stays
+// up: nothing breaks the Client's subscription, which stays on the old
+// master. The lock's key must be renewed (or re-taken) on the new master,
+// or its work told, within heardBound of the promotion: the new master is
+// where a replica that missed the key, or a lagging one, would let another
+// Client in.
+func TestS21FailoverOldMasterUp(t *testing.T) { failoverOldMasterUp(t, library) }
+
+func failoverOldMasterUp(t *testing.T, sub *subject) {
+	const ttl, every = 30 * time.Second, 9 * time.Second
+	r := newRow(t, sub, "S21 failover-old-master-up", "MUST",
+		fmt.Sprintf("NewSingle over a Sentinel failover client; A holds (TTL %v) under KeepAlive renewing every %v; SENTINEL FAILOVER: the replica promoted, the old master demoted (REPLICAOF), not killed", ttl, every),
+		fmt.Sprintf("within %v of the promotion a renewal of A's reaches the new master (witness), or A's work is told", heardBound))
+	e := newFailoverEnv(t)
+	w, err := NewWitness([]string{e.master.Addr(), e.replica.Addr()}, "chaos:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	w.Replicated(e.link.Addr(), e.master.Addr(), e.replica.Addr())
+	a, err := sub.locker()([]redis.UniversalClient{e.failoverClient()}, LockConfig{NodeTimeout: failoverNodeTimeout, Prefix: "chaos:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	ctx := context.Background()
+	lock, err := a.Obtain(ctx, "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop, err := lock.KeepAlive(ctx, RenewEvery(every))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	master, replica := e.plain(e.master.Addr()), e.plain(e.replica.Addr())
+	numsub := func(c *redis.Client) int64 {
+		n, _ := c.PubSubNumSub(ctx, "redlock:wake").Result()
+		return n["redlock:wake"]
+	}
+	if sub.mutant == "" {
+		e.poll(5*time.Second, "A's subscription on the master", func(ctx context.Context) error {
+			if numsub(master) < 1 {
+				return errors.New("no wake subscriber")
+			}
+			return nil
+		})
+	}
+	e.poll(5*time.Second, "A's key on the replica", func(ctx context.Context) error {
+		if v, _ := replica.Get(ctx, "chaos:k").Result(); v != lock.Token() {
+			return fmt.Errorf("the replica holds %q", v)
+		}
+		return nil
+	})
+	s := redis.NewSentinelClient(&redis.Options{Addr: e.sentinel.Addr(), Protocol: 2, DisableIdentity: true})
+	defer s.Close()
+	if err := s.Failover(ctx, sentinelMaster).Err(); err != nil {
+		t.Fatal(err)
+	}
+	failover := time.Now()
+	promoted := e.waitPromoted()
+	r.set("failover", promoted.Sub(failover))
+
+	// Watch: A's renewal on the new master (witness, master 1), or A's
+	// work told.
+	renewedOnNew := func() (time.Time, bool) {
+		for _, ev := range w.Events(lock.Token()) {
+			if ev.Master == 1 && (ev.Kind == EvExtend || ev.Kind == EvRetake) && ev.At >= failover.UnixMicro() {
+				return time.UnixMicro(ev.At), true
+			}
+		}
+		return time.Time{}, false
+	}
+	deadline := promoted.Add(heardBound + slack)
+	var renewed, told time.Time
+	var subsAtBound int64 = -1
+	for watchEnd := deadline.Add(*flagObserve); time.Now().Before(watchEnd); {
+		if at, ok := renewedOnNew(); ok {
+			renewed = at
+		}
+		if wctx.Err() != nil {
+			told = time.Now()
+		}
+		if !renewed.IsZero() || !told.IsZero() {
+			break
+		}
+		if subsAtBound < 0 && time.Now().After(deadline) {
+			subsAtBound = numsub(replica)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if subsAtBound < 0 {
+		subsAtBound = numsub(replica)
+	}
+	r.set("new_master_wake_subscribers", subsAtBound)
+	r.set("old_master_wake_subscribers", numsub(master))
+	since := func(t time.Time) any {
+		if t.IsZero() {
+			return fmt.Sprintf("never (watched %v)", time.Since(promoted).Round(time.Millisecond))
+		}
+		return t.Sub(promoted)
+	}
+	r.set("renewed_on_new_master_after_promotion", since(renewed))
+	r.set("told_after_promotion", since(told))
+	if !told.IsZero() {
+		r.note("A's work told: %v", context.Cause(wctx))
+	}
+	first := renewed
+	if first.IsZero() || (!told.IsZero() && told.Before(first)) {
+		first = told
+	}
+	r.must(!first.IsZero() && first.Before(deadline),
+		"A's lock was neither renewed on the new master nor its work told within %v of the promotion (renewed: %v, told: %v; wake subscribers on the new master: %d)",
+		heardBound, since(renewed), since(told), subsAtBound)
+	stop()
+	lock.Release(ctx)
 }

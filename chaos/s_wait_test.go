@@ -303,3 +303,114 @@ func waitMasterRestart(t *testing.T, sub *subject) {
 			return released, nil
 		})
 }
+
+// gateOf returns the master waiters of the key full ask first, as the
+// library picks it (redlock's Client.gateOf): the highest FNV-1a hash of
+// the master's address, a zero byte and the key.
+func gateOf(addrs []string, full string) int {
+	best, top := 0, uint64(0)
+	for i, a := range addrs {
+		h := uint64(14695981039346656037)
+		for _, s := range [...]string{a, "\x00", full} {
+			for j := 0; j < len(s); j++ {
+				h = (h ^ uint64(s[j])) * 1099511628211
+			}
+		}
+		if i == 0 || h > top {
+			best, top = i, h
+		}
+	}
+	return best
+}
+
+// S22: a stray value of the key on one master only (another owner's, 60s
+// TTL), where the holder A (on the other two of three masters) releases
+// while waiters on other Clients wait. A quorum is free at the release:
+// the waiters must get the key within a round trip or so, whichever
+// master holds the stray; the one the waiters ask first (the gate) must
+// not hold them off for the stray's TTL. The stray goes on each master in
+// turn, one key each.
+func TestS22WaitStrayMinorityKey(t *testing.T) { waitStrayMinorityKey(t, library) }
+
+func waitStrayMinorityKey(t *testing.T, sub *subject) {
+	const (
+		clients, per = 3, 3
+		strayTTL     = 60 * time.Second
+		waitFor      = 4 * time.Second
+		bound        = 2*nodeTimeout + slack
+	)
+	r := newRow(t, sub, "S22 wait-stray-minority", "MUST",
+		fmt.Sprintf("N=3; another owner's value of the key on one master (%v TTL), on each master in turn; A holds the other two, %d waiters over %d Clients (WithWait) wait, A releases", strayTTL, clients*per, clients),
+		fmt.Sprintf("the first waiter obtains within %v of A's release (a quorum is free), every waiter obtains, each hand-over within one TTL; cs=promised=0", bound))
+	e := newEnv(t, sub, 3, nil)
+	direct := e.direct()
+	var addrs []string
+	for _, s := range e.servers {
+		addrs = append(addrs, s.Addr())
+	}
+	a := e.lockClient(e.masters(""))
+	ctx := context.Background()
+	for stray := range 3 {
+		key := fmt.Sprintf("g%d", stray)
+		gate := gateOf(addrs, e.prefix+key)
+		if err := direct[stray].Set(ctx, e.prefix+key, "stray-owner", strayTTL).Err(); err != nil {
+			t.Fatal(err)
+		}
+		held, err := a.Obtain(ctx, key, waiterTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &waiters{}
+		for range clients {
+			c := e.lockClient(e.masters(""))
+			for range per {
+				w.wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+					defer cancel()
+					h, err := c.Obtain(ctx, key, waiterTTL, Wait())
+					if err != nil {
+						w.mu.Lock()
+						w.errs = append(w.errs, err)
+						w.mu.Unlock()
+						return
+					}
+					start := time.Now()
+					valid := start.Add(h.Validity())
+					time.Sleep(waiterHold)
+					w.ledger.Record(Interval{Key: key, Holder: h.Token(), Start: start, End: time.Now(), ValidUntil: valid})
+					h.Release(context.Background())
+				})
+			}
+		}
+		if sub.mutant == "" {
+			e.waitedFor(t, key, clients)
+		} else {
+			time.Sleep(200 * time.Millisecond)
+		}
+		released := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.wg.Wait()
+		first, largest, holds := gaps(&w.ledger, released)
+		st := w.ledger.Stats()
+		name := fmt.Sprintf("stray_on_%d", stray)
+		if stray == gate {
+			name += "_gate"
+		}
+		r.set(name+"_holds", holds)
+		if holds > 0 {
+			r.set(name+"_first_grant_after", first)
+			r.set(name+"_max_handover_gap", largest)
+		}
+		r.must(len(w.errs) == 0 && holds == clients*per, "stray on master %d (gate %d): %d of %d waiters obtained (first error: %v)", stray, gate, holds, clients*per, firstErr(w.errs))
+		if holds == 0 {
+			r.must(false, "stray on master %d (gate %d): no waiter obtained within %v of A's release, want the first within %v (a quorum was free)", stray, gate, waitFor, bound)
+		} else {
+			r.must(first <= bound, "stray on master %d (gate %d): the first waiter obtained %v after A's release, want within %v (a quorum was free)", stray, gate, first, bound)
+		}
+		r.must(holds == 0 || largest <= waiterTTL+slack, "stray on master %d (gate %d): a hand-over took %v, want within one TTL (%v)", stray, gate, largest, waiterTTL)
+		r.must(st.CSOverlaps == 0 && st.PromisedOverlaps == 0, "stray on master %d: cs_overlaps=%d promised_overlaps=%d, want 0", stray, st.CSOverlaps, st.PromisedOverlaps)
+		direct[stray].Del(ctx, e.prefix+key)
+	}
+}
