@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/wake"
+	"github.com/redlock-go/redlock/internal/wire"
 )
 
 // Attach returns a handle on a lock that is already held under token, so
@@ -71,12 +74,12 @@ func (c *Client) attach(ctx context.Context, key string, set *keySet, token stri
 	if token == "" {
 		return nil, invalid("empty token")
 	}
-	if strings.Contains(token, waitMark) {
+	if strings.Contains(token, wake.Mark) {
 		// A key's value is its owner's token, with the wait mark after it
-		// once a waiter found it held (wake.go): the scripts take a value
+		// once a waiter found it held (internal/wake/turn.go): the scripts take a value
 		// as ours when it is the token or the token and the mark, exact
 		// only while no token contains the mark. No lock's token does.
-		return nil, fmt.Errorf("%w (%w): token %q contains %q, the wait mark a waiter appends to a held key's value; no lock's token contains it (pass Lock.Token, or KeyState.Holder, which leave it out)", ErrLockLost, unprefixed{ErrInvalidArgument}, token, waitMark)
+		return nil, fmt.Errorf("%w (%w): token %q contains %q, the wait mark a waiter appends to a held key's value; no lock's token contains it (pass Lock.Token, or KeyState.Holder, which leave it out)", ErrLockLost, unprefixed{ErrInvalidArgument}, token, wake.Mark)
 	}
 	if fence < 0 || (fence > 0 && !c.cfg.fencing) {
 		return nil, invalid("fence %d: a fence is >= 1, and only for a Client made WithFencing", fence)
@@ -86,23 +89,25 @@ func (c *Client) attach(ctx context.Context, key string, set *keySet, token stri
 		ckey = counterKey(full)
 	}
 	start := time.Now()
-	l := &Lock{c: c, key: key, token: token, fence: fence, obtained: start, attached: true}
+	l := &Lock{c: c, key: key, token: token, fence: fence, obtained: start, attached: true, set: set}
 	l.ttl.Store(int64(ttl))
-	l.op = c.newOp(opAcquire, full, ckey, token)
+	l.target = wire.NewTarget(full, ckey, token)
 	if set != nil {
-		l.op = set.acquire(token, nil)
+		l.target = set.wire.Target(token)
 	}
 	valid := ttl - c.cfg.drift(ttl)
-	o := l.op.with(opExtend, c.boxTTL(ttl), fence)
-	o.retakeBy = int64(0) // never: the master's clock is always past it
-	// The confirmation serves the validity this handle counts on if it
-	// succeeds, from start: a master that runs it later (held up by the
-	// network, or frozen with it in its socket) does nothing, as for an
-	// Extend. The validity the original handle counts on is unknown here;
-	// the request's own deadline would be tighter, but would make every
-	// Attach fail on a master whose clock reads ahead of its bounds by a
-	// node timeout (its offset unknown: request.bounds).
-	o.validBy = start.Add(valid).UnixMilli()
+	o := wire.Extend(l.target, c.boxTTL(ttl), fence, wire.Bounds{
+		RetakeBy: int64(0), // never: the master's clock is always past it
+		// The confirmation serves the validity this handle counts on if it
+		// succeeds, from start: a master that runs it later (held up by the
+		// network, or frozen with it in its socket) does nothing, as for an
+		// Extend. The validity the original handle counts on is unknown
+		// here; the request's own deadline would be tighter, but would make
+		// every Attach fail on a master whose clock reads ahead of its
+		// bounds by a node timeout (its offset unknown: the wire's
+		// request.bounds).
+		ValidBy: start.Add(valid).UnixMilli(),
+	})
 	timeout := c.cfg.timeout(ttl)
 	rd := c.fanout(ctx, o, start.Add(timeout), timeout)
 	defer rd.done()

@@ -43,7 +43,7 @@ func TestClientClockSteppedBackLosesNoWatchedLock(t *testing.T) {
 	}
 	defer stop()
 	for _, n := range c.nodes {
-		n.clock.Add(-5000) // the client's clock stepped back 5s
+		n.ShiftClock(-5000) // the client's clock stepped back 5s
 	}
 	select {
 	case <-work.Done():

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/wire"
 )
 
 // Sentinel errors. Compare with [errors.Is], never with ==: the errors
@@ -50,13 +52,20 @@ var (
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 )
 
+// The answers of one master that the wire (internal/wire) makes, under
+// the names the lock logic uses.
 var (
-	errAbsent  = errors.New("redlock: lock key absent")
-	errNoReply = errors.New("redlock: no reply before the outcome was decided")
-	// errNotAsked marks a master a gated round (fanoutGated) did not ask
-	// because its first master refused.
-	errNotAsked = errors.New("redlock: not asked: the first master asked refused")
+	errAbsent       = wire.ErrAbsent       // the key is not there
+	errNoReply      = wire.ErrNoReply      // not heard before the round decided
+	errPastValidity = wire.ErrPastValidity // an Extend the master's clock put past the validity
+	errSkipped      = wire.ErrSkipped      // not sent: the caller gave up
+	errQueued       = wire.ErrQueued       // not sent: its deadline passed in the queue
+	errStalled      = wire.ErrStalled      // not sent: the master is not answering, too many wait
 )
+
+// errNotAsked marks a master a gated round (fanoutGated) did not ask
+// because its first master refused.
+var errNotAsked = errors.New("redlock: not asked: the first master asked refused")
 
 // unprefixed wraps an error of this package for use inside another's
 // message, without repeating "redlock: ".

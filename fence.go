@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/internal/wire"
 )
 
 // The resource side of fencing. A fence only protects what checks it: the
@@ -54,9 +57,9 @@ func FencedWrite(ctx context.Context, rdb redis.Scripter, key string, fence int6
 		return invalid("fence must be >= 1 (a lock obtained WithFencing), got %d", fence)
 	}
 	keys, args := []string{key}, []any{strconv.FormatInt(fence, 10), value}
-	res, err := rdb.EvalSha(ctx, fencedWriteScript.sha, keys, args...).Slice()
-	if noScript(err) {
-		res, err = rdb.Eval(ctx, fencedWriteScript.src, keys, args...).Slice()
+	res, err := rdb.EvalSha(ctx, scripts.FencedWrite.SHA, keys, args...).Slice()
+	if wire.NoScript(err) {
+		res, err = rdb.Eval(ctx, scripts.FencedWrite.Src, keys, args...).Slice()
 	}
 	if err != nil {
 		return fmt.Errorf("redlock: fenced write to %q: %w", key, err)
@@ -120,10 +123,10 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 			fence = max(fence, rd.vals[i])
 		}
 	}
-	o := l.op.with(opRaise, nil, fence)
-	o.deadline, o.done = capDeadline(ctx, time.Now().Add(timeout)), ctx.Done()
-	o.inline = true // as fanoutGated's
-	o.vals = ctx
+	o := wire.Raise(l.target, fence)
+	o.Deadline, o.Done = capDeadline(ctx, time.Now().Add(timeout)), ctx.Done()
+	o.Inline = true // as fanoutGated's
+	o.Vals = ctx
 	raised := c.round()
 	defer raised.done()
 	n := 0
@@ -133,7 +136,7 @@ func (c *Client) raise(ctx context.Context, rd *round, l *Lock, timeout time.Dur
 			n++
 		}
 	}
-	c.collect(ctx, raised, n, o.deadline, timeout, false)
+	c.collect(ctx, raised, n, o.Deadline, timeout, false)
 	for i := range c.nodes {
 		if rd.nodes[i].Err == nil && rd.vals[i] < fence && raised.nodes[i].Err != nil {
 			err := raised.nodes[i].Err

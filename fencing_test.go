@@ -11,12 +11,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
+// Fencing tokens: they rise across holders, keys and faults; FencedWrite
+// refuses a stale one.
+
+// TestFencesIncreaseAcrossHolders: each holder of a key, whatever its
+// Client, gets a fence above the one before.
 func TestFencesIncreaseAcrossHolders(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, clients, a := cluster(t, 5, redlock.WithFencing())
 	b := newClient(t, clients, redlock.WithFencing())
@@ -40,6 +45,9 @@ func TestFencesIncreaseAcrossHolders(t *testing.T) {
 	}
 }
 
+// TestFencesIncreaseWhileMastersFreeze: fences rise across holders while
+// up to two masters of five are frozen at random, and resume with the
+// requests they held.
 func TestFencesIncreaseWhileMastersFreeze(t *testing.T) {
 	ctx := context.Background()
 	servers, _, c := cluster(t, 5, redlock.WithFencing(), redlock.WithNodeTimeout(100*time.Millisecond))
@@ -70,20 +78,20 @@ func TestFencesIncreaseWhileMastersFreeze(t *testing.T) {
 	}
 }
 
+// TestFenceSingleInstanceCounts: on one master the fences count 1, 2, 3...
+// in the counter key beside the lock's, in its hash slot.
 func TestFenceSingleInstanceCounts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	servers := startServers(t, 1)
-	clients := clientsOf(t, servers)
+	servers := redistest.Start(t, 1)
+	clients := redistest.Clients(t, servers)
 	c, err := redlock.NewSingle(clients[0], redlock.WithFencing(), redlock.WithKeyPrefix("lock:"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	for want := int64(1); want <= 5; want++ {
-		l, err := c.Obtain(ctx, "job", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := obtain(t, c, "job", time.Minute)
 		if l.Fence() != want {
 			t.Fatalf("fence %d, want %d", l.Fence(), want)
 		}
@@ -94,16 +102,17 @@ func TestFenceSingleInstanceCounts(t *testing.T) {
 	}
 }
 
+// TestFenceIsQuorumMaxAndCountersAreRaised: with counters drifted apart,
+// the fence is the largest of the quorum's after the increment, and the
+// masters that count are raised to it.
 func TestFenceIsQuorumMaxAndCountersAreRaised(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, clients, c := cluster(t, 3, redlock.WithFencing())
 	for i, v := range []int{5, 9, 2} { // counters drifted apart
 		clients[i].Set(ctx, "{job}:fence", v, 0)
 	}
-	l, err := c.Obtain(ctx, "job", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := obtain(t, c, "job", time.Minute)
 	// The quorum's largest counter after INCR: 10 if master 1 was in it,
 	// else 6; all masters that count carry at least that.
 	if f := l.Fence(); f != 10 && f != 6 {
@@ -123,20 +132,18 @@ func TestFenceIsQuorumMaxAndCountersAreRaised(t *testing.T) {
 	})
 }
 
+// TestExtendRetakeRaisesCounter: an Extend that re-takes a key a
+// restarted master lost raises that master's counter back to the lock's
+// fence.
 func TestExtendRetakeRaisesCounter(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	servers, clients, c := cluster(t, 3, redlock.WithFencing())
 	for range 3 { // counters at 3
-		l, err := c.Obtain(ctx, "job", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := obtain(t, c, "job", time.Minute)
 		l.Release(ctx)
 	}
-	l, err := c.Obtain(ctx, "job", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := obtain(t, c, "job", time.Minute)
 	if err := servers[0].Restart(false); err != nil { // forgets key and counter
 		t.Fatal(err)
 	}
@@ -156,13 +163,13 @@ func TestExtendRetakeRaisesCounter(t *testing.T) {
 	}
 }
 
+// TestNoFencingWritesNoCounter: without WithFencing, the fence is 0 and
+// the masters hold the lock's key alone.
 func TestNoFencingWritesNoCounter(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, clients, c := cluster(t, 3)
-	l, err := c.Obtain(ctx, "job", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := obtain(t, c, "job", time.Minute)
 	defer l.Release(ctx)
 	if l.Fence() != 0 {
 		t.Fatalf("fence %d without WithFencing", l.Fence())
@@ -177,9 +184,121 @@ func TestNoFencingWritesNoCounter(t *testing.T) {
 	})
 }
 
-func TestFencingOnRedisCluster(t *testing.T) {
+// TestMultiFencesIncreasePerKey: sets and single-key locks on overlapping
+// keys, in random order, with masters frozen at random: every holder's
+// fence is above the fence of every earlier holder of each of its keys, so
+// a resource guarded by one key can check it alone.
+func TestMultiFencesIncreasePerKey(t *testing.T) {
 	ctx := context.Background()
-	rc := startCluster(t, 3)
+	servers, clients, c := cluster(t, 5, redlock.WithFencing(), redlock.WithNodeTimeout(100*time.Millisecond))
+	rng := rand.New(rand.NewPCG(3, 4))
+	keys := []string{"acct:1", "acct:2", "acct:3", "acct:4"}
+	last := map[string]int64{}
+	for round := range 60 {
+		set := keys[:0:0]
+		for _, i := range rng.Perm(len(keys))[:1+rng.IntN(3)] {
+			set = append(set, keys[i])
+		}
+		frozen := rng.Perm(5)[:rng.IntN(3)]
+		for _, i := range frozen {
+			if err := servers[i].Stop(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var l *redlock.Lock
+		var err error
+		if len(set) == 1 && round%2 == 0 {
+			l, err = c.Obtain(octx, set[0], time.Second, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		} else {
+			l, err = c.ObtainMulti(octx, set, time.Second, redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d, set %q, frozen %v: %v", round, set, frozen, err)
+		}
+		for _, k := range set {
+			if l.Fence() <= last[k] {
+				t.Fatalf("round %d, set %q, frozen %v: fence %d, but %s had %d", round, set, frozen, l.Fence(), k, last[k])
+			}
+			last[k] = l.Fence()
+		}
+		for _, i := range frozen {
+			servers[i].Cont()
+		}
+		l.Release(ctx)
+	}
+	// Every counter the sets touched stands at least at its key's last
+	// fence on a quorum.
+	for _, k := range keys {
+		at := 0
+		for _, rdb := range clients {
+			if v, _ := strconv.ParseInt(get(t, rdb, "{"+k+"}:fence"), 10, 64); v >= last[k] {
+				at++
+			}
+		}
+		if at < 3 {
+			t.Fatalf("key %s: counter at its last fence %d on %d masters", k, last[k], at)
+		}
+	}
+}
+
+// TestMultiFenceIsAboveEveryKeysHolders: counters apart (one key much used
+// alone), a set's fence is above both, every counter of the set is raised
+// to it on every master, and the next holder of either key goes above.
+func TestMultiFenceIsAboveEveryKeysHolders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, clients, c := cluster(t, 3, redlock.WithFencing(), redlock.WithKeyPrefix("lock:"))
+	for range 7 {
+		l := obtain(t, c, "from", time.Minute)
+		l.Release(ctx)
+	}
+	redistest.Eventually(t, func() error { // every master runs the set's acquire
+		if vs := holdersOf(t, clients, "lock:from"); count(vs, "") != 3 {
+			return fmt.Errorf("lock:from still held: %q", vs)
+		}
+		return nil
+	})
+	l, err := c.ObtainMulti(ctx, []string{"to", "from"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Fence() != 8 {
+		t.Fatalf("fence %d, want 8 (the counter of from, 7, plus one)", l.Fence())
+	}
+	redistest.Eventually(t, func() error {
+		for i, rdb := range clients {
+			for _, ck := range []string{"{lock:to}:fence", "{lock:from}:fence"} {
+				if v := get(t, rdb, ck); v != "8" {
+					return fmt.Errorf("master %d: %s = %q, want 8", i, ck, v)
+				}
+			}
+		}
+		return nil
+	})
+	l.Release(ctx)
+	next := obtain(t, c, "to", time.Minute)
+	if next.Fence() != 9 {
+		t.Fatalf("the next holder of to: fence %d, want 9", next.Fence())
+	}
+	// The resource guarded by "to" checks it as for one key.
+	rdb := clients[0]
+	if err := redlock.FencedWrite(ctx, rdb, "balance:to", next.Fence(), "100"); err != nil {
+		t.Fatal(err)
+	}
+	if err := redlock.FencedWrite(ctx, rdb, "balance:to", l.Fence(), "stale"); !errors.Is(err, redlock.ErrStaleFence) {
+		t.Fatalf("the set's older fence on to's resource: %v, want ErrStaleFence", err)
+	}
+}
+
+// TestFencingOnRedisCluster: with fencing on a Redis Cluster, a key and its
+// counter share a slot, whatever the key's hash tag; a key with a '}' but
+// no hash tag, whose counter cannot, is refused before any request.
+func TestFencingOnRedisCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rc := redistest.StartCluster(t, 3)
 	cc := rc.Client()
 	t.Cleanup(func() { cc.Close() })
 	c, err := redlock.NewSingle(cc, redlock.WithFencing(), redlock.WithKeyPrefix("lock:"))
@@ -214,10 +333,14 @@ func TestFencingOnRedisCluster(t *testing.T) {
 	}
 }
 
+// TestFencedWrite: FencedWrite takes a write with a fence at least the
+// highest seen, refuses a stale one (a StaleFenceError), and FencedRead
+// returns the value with its fence.
 func TestFencedWrite(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	servers := startServers(t, 1)
-	rdb := clientsOf(t, servers)[0].(*redis.Client)
+	servers := redistest.Start(t, 1)
+	rdb := redistest.Clients(t, servers)[0].(*redis.Client)
 	rdb.ScriptFlush(ctx) // the first write loads the script
 	for _, step := range []struct {
 		fence int64
@@ -257,8 +380,9 @@ func TestFencedWrite(t *testing.T) {
 // Lua doubles, and a stored fence that is not one is an error, never a
 // pass.
 func TestFencedWriteAtTheEdges(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	rdb := clientsOf(t, startServers(t, 1))[0]
+	rdb := redistest.Clients(t, redistest.Start(t, 1))[0]
 	const two53 = int64(1) << 53
 	for _, tc := range []struct {
 		name          string

@@ -11,6 +11,9 @@ import (
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
+// WithHoldAtLeast: a lock released early keeps its keys for the rest of its
+// minimum hold.
+
 // TestHoldAtLeast: a lock released before its minimum hold keeps its key
 // for the rest of it, so a replica whose timer fires late does not run the
 // job again; after the hold, it is free. A lock released after its hold is
@@ -44,13 +47,13 @@ func TestHoldAtLeast(t *testing.T) {
 		t.Fatalf("the key's TTLs %v after the release: want the rest of the %v hold on a quorum", ttls, hold)
 	}
 	var l *redlock.Lock
-	for l == nil {
-		if time.Since(start) > 3*hold {
-			t.Fatal("the key outlived the hold")
+	redistest.Within(t, time.Until(start.Add(3*hold)), func() error {
+		var err error
+		if l, err = other.Obtain(ctx, "job:slot-1", time.Minute); err != nil {
+			return fmt.Errorf("the key outlived the hold: %v", err)
 		}
-		l, _ = other.Obtain(ctx, "job:slot-1", time.Minute)
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if since := time.Since(start); since < hold {
 		t.Fatalf("free again %v after the run started, before the %v hold", since, hold)
 	}
@@ -74,7 +77,7 @@ func TestHoldAtLeast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	work(5 * time.Millisecond) // past the hold (1ms)
 	if err := l.Release(ctx); err != nil || !l.KeptUntil().IsZero() {
 		t.Fatalf("Release after the hold: %v, kept until %v", err, l.KeptUntil())
 	}
@@ -88,5 +91,37 @@ func TestHoldAtLeast(t *testing.T) {
 	})
 	if _, _, err := l.KeepAlive(ctx, redlock.WithHoldAtLeast(time.Second)); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Fatalf("KeepAlive WithHoldAtLeast: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestKeptUntilSaysTheHoldOfALapsedLock: a lock obtained WithHoldAtLeast
+// whose validity ended before its Release (its keys stayed: an Extend to a
+// shorter TTL shrinks the validity, never a key) and before the end of its
+// minimum hold. Release reports it lost, as it must, and keeps its keys on
+// the masters for the rest of the hold (keepScript), as for a lock still
+// valid. KeptUntil must then say until when, not the zero Time, whose
+// documented meaning is that the key was deleted: a caller that reads
+// KeptUntil after ErrLockLost would believe the job's slot free while the
+// masters still refuse every other replica.
+func TestKeptUntilSaysTheHoldOfALapsedLock(t *testing.T) {
+	ctx := context.Background()
+	_, clients, c := cluster(t, 3)
+	lock := obtain(t, c, "job", time.Minute, redlock.WithHoldAtLeast(time.Minute))
+	_ = lock.Extend(ctx, 100*time.Millisecond) // the validity ends soon, the keys stay
+	lapsed(t, lock)
+	if err := lock.Release(ctx); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Release after the validity ended: %v, want ErrLockLost", err)
+	}
+	held := 0
+	for _, rdb := range clients {
+		if get(t, rdb, "job") == lock.Token() && rdb.PTTL(ctx, "job").Val() > 30*time.Second {
+			held++
+		}
+	}
+	if held < 2 {
+		t.Fatalf("setup: %d masters keep the key for the rest of the hold, want a quorum", held)
+	}
+	if k := lock.KeptUntil(); k.IsZero() {
+		t.Fatalf("KeptUntil after the Release of a lapsed lock: the zero Time (\"the key was deleted\"), while %d masters keep its key for about a minute", held)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock/internal/scripts"
+	"github.com/redlock-go/redlock/internal/wire"
 )
 
 // A KeyState is what every master holds for one lock key, read by
@@ -87,7 +90,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (*KeyState, error) {
 	left.Store(int32(len(c.nodes)))
 	for i, n := range c.nodes {
 		go func() {
-			m := inspect(ctx, n.rdb, keys)
+			m := inspect(ctx, n.Redis(), keys)
 			m.Addr, m.index = n.addr, i
 			answers <- m
 			if left.Add(-1) == 0 {
@@ -115,9 +118,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (*KeyState, error) {
 }
 
 func inspect(ctx context.Context, rdb redis.UniversalClient, keys []string) MasterState {
-	vs, err := rdb.EvalSha(ctx, inspectScript.sha, keys).Slice()
-	if noScript(err) {
-		vs, err = rdb.Eval(ctx, inspectScript.src, keys).Slice()
+	vs, err := rdb.EvalSha(ctx, scripts.Inspect.SHA, keys).Slice()
+	if wire.NoScript(err) {
+		vs, err = rdb.Eval(ctx, scripts.Inspect.Src, keys).Slice()
 	}
 	if err == nil && len(vs) != 3 {
 		err = fmt.Errorf("redlock: unexpected reply %v", vs)

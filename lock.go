@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/wire"
 )
 
 // A Lock is a held lock, returned by [Client.Obtain] (or, on several keys
@@ -19,7 +21,10 @@ type Lock struct {
 	key   string // as the caller named it
 	token string
 	fence int64
-	op    op // the acquire: its key and token boxed once for every request
+	// target is the lock as every request of it names it: its keys and
+	// token, boxed once; set is its keys, for a lock on several.
+	target wire.Target
+	set    *keySet
 	// obtained is when the winning attempt started, for WithMaxHold and
 	// WithHoldAtLeast.
 	obtained    time.Time
@@ -27,7 +32,7 @@ type Lock struct {
 	keptUntil   time.Time     // a Release kept the key until then; guarded by mu
 	// attached says the handle did not obtain the lock (Client.Attach):
 	// its Release goes once more to a master where it found the key
-	// absent (op.recheck).
+	// absent (wire.ReleaseFacts.Recheck).
 	attached bool
 
 	mu        sync.Mutex   // serialises Extend and Release
@@ -37,11 +42,11 @@ type Lock struct {
 	until     atomic.Int64 // end of validity, in ns since c.epoch; 0 when released or lost
 
 	// What earlier Releases did, so that a Release tried again tells a key
-	// they deleted from a lapse (see op.deleted): the masters that
+	// they deleted from a lapse (see wire.ReleaseFacts): the masters that
 	// confirmed the delete, those that may have run it, and the validity's
 	// end when the first Release began (ns since c.epoch).
 	deleted, reached atomic.Uint64
-	// known: the masters whose process the Client knew (node.told) when
+	// known: the masters whose process the Client knew (Client.told) when
 	// the lock was obtained; written once before the Lock is returned.
 	known  uint64
 	keyEnd atomic.Int64
@@ -204,14 +209,14 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 	}
 	timeout := c.cfg.timeout(ttl)
 	// Both bounds on start's wall clock reading: the masters compare them
-	// with theirs (extendScript).
+	// with theirs (extend.lua).
 	left := end.Sub(start)
 	deadline := start.Add(min(timeout, left))
-	o := l.op.with(opExtend, c.boxTTL(ttl), l.fence)
-	d := capDeadline(ctx, deadline)
-	o.retakeBy = d.UnixMilli()
-	o.validBy = start.Add(left).UnixMilli()
-	o.halt = &l.releasing // a Release that begins meanwhile: not sent
+	o := wire.Extend(l.target, c.boxTTL(ttl), l.fence, wire.Bounds{
+		RetakeBy: capDeadline(ctx, deadline).UnixMilli(),
+		ValidBy:  start.Add(left).UnixMilli(),
+		Halt:     &l.releasing, // a Release that begins meanwhile: not sent
+	})
 	rd := c.fanout(ctx, o, deadline, timeout)
 	defer rd.done()
 	if answers != nil {
@@ -224,7 +229,7 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 		l.ttl.Store(int64(ttl))
 	}
 	if l.releasing.Load() {
-		// Its requests not sent yet were dropped (op.halt); the validity
+		// Its requests not sent yet were dropped (wire.Bounds.Halt); the validity
 		// stays 0 whatever the others did.
 		return errReleasedDuringExtend
 	}
@@ -339,26 +344,34 @@ func (l *Lock) release(ctx context.Context) error {
 	return err
 }
 
-// releaseOp returns the Release to send, its node timeout, and, for a lock
-// held at least a while not over yet, until when the key stays.
-func (l *Lock) releaseOp() (op, time.Duration, time.Time) {
+// A releasePlan is a Release to send: its Op, its node timeout, for a
+// lock held at least a while not over yet until when the key stays, and
+// the validity's end when the first Release began (keyEnd: a Release sent
+// before then may delete the key).
+type releasePlan struct {
+	op      wire.Op
+	timeout time.Duration
+	kept    time.Time
+	keyEnd  time.Time
+}
+
+// releasePlan returns the Release to send now.
+func (l *Lock) releasePlan() releasePlan {
 	c := l.c
 	ttl := time.Duration(l.ttl.Load())
-	o := l.op.with(opRelease, nil, 0)
 	now := time.Now()
-	var kept time.Time
+	p := releasePlan{keyEnd: c.epoch.Add(time.Duration(l.keyEnd.Load())), timeout: c.cfg.timeout(ttl)}
+	var hold any
 	rest := l.obtained.Add(l.holdAtLeast).Sub(now)
 	if rest > 0 {
 		// Held at least until then: the key stays for the rest of the while.
 		ms := (rest + time.Millisecond - 1) / time.Millisecond
-		o.ttl, kept = int64(ms), now.Add(rest)
+		hold, p.kept = int64(ms), now.Add(rest)
 	}
-	o.deleted, o.reached = l.deleted.Load(), l.reached.Load()
-	o.keyEnd, o.since, o.known = c.epoch.Add(time.Duration(l.keyEnd.Load())), l.obtained, l.known
+	f := wire.ReleaseFacts{Deleted: l.deleted.Load(), Reached: l.reached.Load(), Known: l.known, KeyEnd: p.keyEnd, Since: l.obtained}
 	// The key expires at the latest ttl after the last Extend ran, before
 	// now; twice that leaves room for the masters' clocks.
-	o.stale = now.Add(2*ttl + max(rest, 0))
-	timeout := c.cfg.timeout(ttl)
+	f.Stale = now.Add(2*ttl + max(rest, 0))
 	if l.attached {
 		// The Obtain that took the lock returned at a quorum, maybe with
 		// its request to another master still on the way; it went out
@@ -370,10 +383,13 @@ func (l *Lock) releaseOp() (op, time.Duration, time.Time) {
 		// one's and the default's longest (500ms) stands for it
 		// (TestHandOverLeavesNoStrayKey,
 		// TestHandOverRecheckOutwaitsTheObtainersNodeTimeout).
-		o.recheck = now.Add(max(timeout, maxDefaultNodeTimeout))
-		o.stale = later(o.stale, o.recheck.Add(timeout))
+		f.Recheck = now.Add(max(p.timeout, maxDefaultNodeTimeout))
+		if end := f.Recheck.Add(p.timeout); end.After(f.Stale) {
+			f.Stale = end
+		}
 	}
-	return o, timeout, kept
+	p.op = wire.Release(l.target, hold, f)
+	return p
 }
 
 // releaseBehind sends the Release of a caller that gave up waiting for
@@ -382,10 +398,10 @@ func (l *Lock) releaseOp() (op, time.Duration, time.Time) {
 // counts what this one may have done.
 func (l *Lock) releaseBehind(cause error) error {
 	c := l.c
-	o, timeout, _ := l.releaseOp()
+	p := l.releasePlan()
 	now := time.Now()
-	o.deadline = now.Add(timeout)
-	if now.Before(o.keyEnd) { // sent while the key was ours: it may delete it
+	p.op.Deadline = now.Add(p.timeout)
+	if now.Before(p.keyEnd) { // sent while the key was ours: it may delete it
 		all := uint64(0)
 		for i := range c.nodes {
 			all |= bit(i)
@@ -393,9 +409,9 @@ func (l *Lock) releaseBehind(cause error) error {
 		l.reached.Or(all)
 	}
 	if l.lapsed.Load() {
-		return lapsedError(c.unanswered("release", &o, cause, ErrLockLost))
+		return lapsedError(c.unanswered("release", &p.op, cause, ErrLockLost))
 	}
-	return c.unanswered("release", &o, cause, nil)
+	return c.unanswered("release", &p.op, cause, nil)
 }
 
 // releaseLocked is release with l.mu held.
@@ -405,19 +421,20 @@ func (l *Lock) releaseBehind(cause error) error {
 // already done, it returns at once, and a later Release does nothing more.
 func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	c := l.c
-	o, timeout, kept := l.releaseOp()
+	p := l.releasePlan()
+	timeout := p.timeout
 	lapsed := l.lapsed.Load()
 	if ctx.Err() != nil {
-		o.deadline, o.vals = time.Now().Add(timeout), ctx
+		p.op.Deadline, p.op.Vals = time.Now().Add(timeout), ctx
 		l.released.Store(true)
 		if lapsed {
-			return lapsedError(c.unanswered("release", &o, context.Cause(ctx), ErrLockLost))
+			return lapsedError(c.unanswered("release", &p.op, context.Cause(ctx), ErrLockLost))
 		}
-		return c.unanswered("release", &o, context.Cause(ctx), nil)
+		return c.unanswered("release", &p.op, context.Cause(ctx), nil)
 	}
 	now := time.Now()
-	early := now.Before(o.keyEnd) // sent while the key was ours
-	rd := c.fanout(ctx, o, now.Add(timeout), timeout)
+	early := now.Before(p.keyEnd) // sent while the key was ours
+	rd := c.fanout(ctx, p.op, now.Add(timeout), timeout)
 	defer rd.done()
 	for i, n := range rd.nodes {
 		switch n.Err {
@@ -435,15 +452,15 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 	}
 	if rd.ok >= c.quorum {
 		l.released.Store(true)
-		if o.set == nil && o.ttl == nil {
+		if l.set == nil && p.kept.IsZero() {
 			for i := range rd.nodes {
 				if rd.nodes[i].Err == nil && rd.vals[i] == 2 { // the turn went to a queued Client
-					c.handedTurn(o.key.(string), timeout)
+					c.handedTurn(l.target.Key(), timeout)
 					break
 				}
 			}
 		}
-		l.keptUntil = kept
+		l.keptUntil = p.kept
 		if lapsed {
 			return lapsedError(c.quorumError("release", rd, ErrLockLost))
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/wire"
 )
 
 // MaxKeys is the most distinct keys one lock may hold ([Client.ObtainMulti]).
@@ -92,8 +94,8 @@ func (c *Client) DoMulti(ctx context.Context, keys []string, ttl time.Duration, 
 // set given to [Client.ObtainMulti] (each key once, in the order first
 // given), or [Lock.Key] alone. The slice is the caller's.
 func (l *Lock) Keys() []string {
-	if l.op.set != nil {
-		return slices.Clone(l.op.set.names)
+	if l.set != nil {
+		return slices.Clone(l.set.names)
 	}
 	return []string{l.key}
 }
@@ -127,9 +129,9 @@ func (c *Client) checkSet(ctx context.Context, keys []string, ttl time.Duration)
 		return names[0], nil, ttl, nil
 	}
 	if c.sharded {
-		first := hashSlot(c.cfg.keyPrefix + names[0])
+		first := wire.HashSlot(c.cfg.keyPrefix + names[0])
 		for _, k := range names[1:] {
-			if slot := hashSlot(c.cfg.keyPrefix + k); slot != first {
+			if slot := wire.HashSlot(c.cfg.keyPrefix + k); slot != first {
 				return "", nil, 0, invalid("on a Redis Cluster the keys of a set must share one hash slot, and %q and %q (prefix %q included) do not (slots %d and %d): each master takes the set in one script, which a Cluster runs on one slot only; give the keys a common hash tag, the part in braces that Cluster hashes: {account}:a and {account}:b share a slot, account:a and account:b need not",
 					names[0], k, c.cfg.keyPrefix, first, slot)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/wire"
 )
 
 // An Observer hears about the life of every lock of a Client: each Obtain,
@@ -170,7 +172,7 @@ func (c *Client) health(ctx context.Context, rd *round) {
 		switch {
 		case err == errNoReply || err == errNotAsked || errors.Is(err, errSkipped):
 			// decided without it, or not asked: no news
-		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || err == errPastValidity || answered(err):
+		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || err == errPastValidity || wire.Answered(err):
 			// The master answered: errPastValidity is its clock's refusal
 			// of an Extend, not silence. (TestPastValidityAnswerIsNoMasterDown)
 			if n.down.CompareAndSwap(true, false) {

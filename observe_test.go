@@ -5,41 +5,21 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// recorder is an Observer that keeps every event.
-type recorder struct {
-	mu     sync.Mutex
-	events []redlock.Event
-}
+// Observers, slog and go-redis hooks see every lock's life, with the right
+// reasons, and never a failure that did not happen.
 
-func (r *recorder) Observe(_ context.Context, e redlock.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-// all returns the events of type T seen so far.
-func all[T redlock.Event](r *recorder) []T {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []T
-	for _, e := range r.events {
-		if t, ok := e.(T); ok {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
+// TestObserverSeesEveryLocksLife: an Observer sees each obtain (with its
+// attempts and every master's answer), each release (with how long the
+// lock was held), the renewals that failed, the lost lock, and the masters
+// that stopped answering and came back.
 func TestObserverSeesEveryLocksLife(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
@@ -49,16 +29,13 @@ func TestObserverSeesEveryLocksLife(t *testing.T) {
 	other := newClient(t, clients)
 
 	// An obtain, granted by every master.
-	l, err := c.Obtain(ctx, "k", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := obtain(t, c, "k", time.Minute)
 	obt := all[*redlock.ObtainEvent](rec)
 	if len(obt) != 1 || obt[0].Outcome != redlock.Obtained || obt[0].Attempts != 1 || obt[0].Key != "k" || len(obt[0].Masters) != 3 {
 		t.Fatalf("obtain events %+v", obt)
 	}
 	// A release, with how long the lock was held.
-	time.Sleep(20 * time.Millisecond)
+	work(20 * time.Millisecond) // the lock is held that long
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +50,7 @@ func TestObserverSeesEveryLocksLife(t *testing.T) {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = c.Obtain(wctx, "held", time.Minute, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
+	_, err := c.Obtain(wctx, "held", time.Minute, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
 	cancel()
 	obt = all[*redlock.ObtainEvent](rec)
 	last := obt[len(obt)-1]
@@ -148,18 +125,13 @@ func TestObserverSeesEveryLocksLife(t *testing.T) {
 	})
 }
 
-// panicker is an Observer that panics.
-type panicker struct{}
-
-func (panicker) Observe(context.Context, redlock.Event) { panic("observer panics") }
-
+// TestObserverPanicIsContained: an Observer that panics costs the lock
+// nothing: Obtain, Extend and Release go on.
 func TestObserverPanicIsContained(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, _, c := cluster(t, 3, redlock.WithObserver(panicker{}))
-	l, err := c.Obtain(ctx, "k", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := obtain(t, c, "k", time.Minute)
 	if err := l.Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -171,38 +143,70 @@ func TestObserverPanicIsContained(t *testing.T) {
 	}
 }
 
-type ctxKey struct{}
-
-// valueHook records the value under ctxKey of the contexts go-redis hooks
-// see.
-type valueHook struct {
-	mu   sync.Mutex
-	seen []any
-}
-
-func (h *valueHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *valueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.record(ctx)
-		return next(ctx, cmd)
+// TestOutageIsNoRefusal: LostReason's doc: Refused is "a renewal was
+// refused: another owner, or the key gone from too many masters"; RanOut
+// is "renewals failed (or none completed) until the validity ran out". A
+// majority frozen, with nobody else near the lock, is RanOut (a renewal
+// still waiting on the frozen masters when the validity ends), never
+// reported to metrics and logs as another owner taking the lock.
+func TestOutageIsNoRefusal(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	servers, _, c := cluster(t, 3, redlock.WithObserver(rec), redlock.WithNodeTimeout(300*time.Millisecond))
+	l := obtain(t, c, "job", time.Second)
+	lctx, stop, err := l.KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-func (h *valueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.record(ctx)
-		return next(ctx, cmds)
+	defer stop()
+	takeDown(t, "frozen", servers[:2]...)
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock was never declared lost")
 	}
+	stop()
+	lostOnce(t, rec, redlock.RanOut, "a majority frozen, nobody else near the lock")
 }
-func (h *valueHook) record(ctx context.Context) {
-	h.mu.Lock()
-	h.seen = append(h.seen, ctx.Value(ctxKey{}))
-	h.mu.Unlock()
+
+// TestLockRefusedToItsOwnExtendIsRefused: when the caller's own Extend is
+// the one refused (another owner holds the key on two masters), the
+// watchdog reports the loss as Refused, with the Extend's error, not as
+// RanOut ("was the process paused?"): metrics and logs must not blame a
+// pause or an outage for a lock another owner took.
+func TestLockRefusedToItsOwnExtendIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := &recorder{}
+	_, clients, c := cluster(t, 3, redlock.WithObserver(rec))
+	l := obtain(t, c, "job", 3*time.Second)
+	lctx, stop, err := l.KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, m := range clients[1:] { // the key went to another owner on two masters
+		if err := m.Set(ctx, "job", "another-owner", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Extend(ctx, 3*time.Second); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend with another owner on two of three masters: %v, want ErrLockLost", err)
+	}
+	select {
+	case <-lctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the watchdog's context is not done after Extend found the lock refused")
+	}
+	stop()
+	lostOnce(t, rec, redlock.Refused, "another owner holds the key on two of three masters")
 }
 
 // TestCallersContextReachesGoRedis: a go-redis hook sees the caller's
 // context values (its span) on the commands a lone caller's call sends,
 // inline or through a lane's worker, and never the caller's cancellation.
 func TestCallersContextReachesGoRedis(t *testing.T) {
+	t.Parallel()
 	for _, bounded := range []bool{true, false} {
 		servers := redistest.Start(t, 1)
 		rdb := servers[0].Client(func(o *redis.Options) { o.ContextTimeoutEnabled = bounded })
@@ -238,23 +242,10 @@ func TestCallersContextReachesGoRedis(t *testing.T) {
 	}
 }
 
-// capture is a slog.Handler that keeps records.
-type capture struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (c *capture) Enabled(context.Context, slog.Level) bool { return true }
-func (c *capture) Handle(_ context.Context, r slog.Record) error {
-	c.mu.Lock()
-	c.records = append(c.records, r)
-	c.mu.Unlock()
-	return nil
-}
-func (c *capture) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *capture) WithGroup(string) slog.Handler      { return c }
-
+// TestSlogObserverLogsALostLock: SlogObserver logs a lost lock at Warn,
+// with its key.
 func TestSlogObserverLogsALostLock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := &capture{}
 	_, clients, c := cluster(t, 3, redlock.WithObserver(redlock.SlogObserver(slog.New(h))))
@@ -286,4 +277,48 @@ func TestSlogObserverLogsALostLock(t *testing.T) {
 		}
 	}
 	t.Fatalf("no lost-lock record among %d", len(h.records))
+}
+
+// TestReleaseDuringARenewalLogsNoFailure: a Release cancels the watchdog's
+// renewal in flight, and that cancelled renewal is no failure: a clean
+// Release on a slow network logs nothing at Warn ("redlock: renewal
+// failed" is what a user's alert would watch).
+func TestReleaseDuringARenewalLogsNoFailure(t *testing.T) {
+	ctx := context.Background()
+	servers := redistest.Start(t, 3)
+	direct := redistest.Clients(t, servers)
+	clients, proxies := proxied(t, servers, true)
+	h := &capture{}
+	c := newClient(t, clients, redlock.WithNodeTimeout(time.Second), redlock.WithObserver(redlock.SlogObserver(slog.New(h))))
+	l := obtain(t, c, "k", 10*time.Second)
+	if err := l.Extend(ctx, 10*time.Second); err != nil { // scripts loaded
+		t.Fatal(err)
+	}
+	for _, p := range proxies {
+		p.DelayOpen(100*time.Millisecond, 100*time.Millisecond) // slow, not down
+	}
+	scripts := scriptsRun(t, direct...)
+	_, stop, err := l.KeepAlive(ctx, redlock.WithRenewEvery(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	redistest.Eventually(t, func() error { // a renewal reached the masters: its answers are 100ms away
+		if scriptsRun(t, direct...) == scripts {
+			return errors.New("no renewal yet")
+		}
+		return nil
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.records {
+		if r.Level >= slog.LevelWarn {
+			r.Attrs(func(a slog.Attr) bool { t.Logf("  %s=%v", a.Key, a.Value); return true })
+			t.Errorf("a Release that succeeded, on masters that all answered, logged %q at %v", r.Message, r.Level)
+		}
+	}
 }

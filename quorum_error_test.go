@@ -4,26 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
-
-// oneOutcome checks the rule of a failed operation's outcome (errors.go):
-// err matches at most one of ErrTaken and ErrUnavailable, and its headline
-// (the text before the masters' answers) names the one it matches.
-func oneOutcome(t *testing.T, what string, err error) (taken, unavailable bool) {
-	t.Helper()
-	taken, unavailable = errors.Is(err, ErrTaken), errors.Is(err, ErrUnavailable)
-	if taken && unavailable {
-		t.Fatalf("%s: %v matches both ErrTaken and ErrUnavailable", what, err)
-	}
-	head, _, _ := strings.Cut(err.Error(), " (")
-	if strings.Contains(head, "held by another owner") != taken || strings.Contains(head, "masters unavailable") != unavailable {
-		t.Fatalf("%s: %q says otherwise than it matches (taken %v, unavailable %v)", what, head, taken, unavailable)
-	}
-	return taken, unavailable
-}
 
 // TestEveryOutcomeMatchesOneKind runs Obtain, Extend, Release and
 // WaitReleased over every assignment of the masters' states, at even

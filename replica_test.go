@@ -4,92 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// waitCounter counts the WAITs a client sends, and fails the test when a
-// pipeline carries more than one or one not at its end.
-type waitCounter struct {
-	t     *testing.T
-	mu    sync.Mutex
-	waits int // WAIT commands sent
-	cmds  int // commands sent, WAITs included
-	kills int // CLIENT KILLs of a connection given up (the barrier), not the probe
-}
-
-func (w *waitCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (w *waitCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		w.count([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-
-func (w *waitCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		w.count(cmds)
-		return next(ctx, cmds)
-	}
-}
-
-func (w *waitCounter) count(cmds []redis.Cmder) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for i, c := range cmds {
-		w.cmds++
-		if a := c.Args(); len(a) > 3 && c.Name() == "client" && a[1] == "kill" && a[3] != int64(math.MaxInt64) {
-			w.kills++
-		}
-		if c.Name() == "wait" {
-			n++
-			if i != len(cmds)-1 {
-				w.t.Errorf("a WAIT at %d of a pipeline of %d: it must follow every write", i, len(cmds))
-			}
-		}
-	}
-	if n > 1 {
-		w.t.Errorf("%d WAITs in one pipeline", n)
-	}
-	w.waits += n
-}
-
-func (w *waitCounter) get() (waits, cmds, kills int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.waits, w.cmds, w.kills
-}
-
-// replicated starts a master with a replica, and returns both and a client
-// of the master (counting its WAITs).
-func replicated(t *testing.T) (master, replica *redistest.Server, rdb *redis.Client, wc *waitCounter) {
-	master = redistest.Start(t, 1)[0]
-	replica = redistest.StartReplica(t, master)
-	rdb = master.Client()
-	t.Cleanup(func() { rdb.Close() })
-	wc = &waitCounter{t: t}
-	rdb.AddHook(wc)
-	return master, replica, rdb, wc
-}
-
-const (
-	ackNodeTimeout = 400 * time.Millisecond
-	ackWait        = 100 * time.Millisecond
-)
+// WithReplicaAcks: a grant counts only once its master's replicas have it.
 
 // TestReplicaAcksGrant: with the replica up, a lock WithReplicaAcks(1) is
 // granted, and the replica holds its key when Obtain returns; Extend and
 // Release work; a fenced lock too.
 func TestReplicaAcksGrant(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, replica, rdb, wc := replicated(t)
 	rc := replica.Client()
@@ -104,10 +35,7 @@ func TestReplicaAcksGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := fmt.Sprint("k-fenced-", fenced)
-		l, err := c.Obtain(ctx, key, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := obtain(t, c, key, 10*time.Second)
 		// Acknowledged: the replica has it already, no waiting.
 		if v, err := rc.Get(ctx, key).Result(); err != nil || v != l.Token() {
 			t.Fatalf("fenced=%v: the replica holds %q (%v) right after Obtain, want the token", fenced, v, err)
@@ -138,17 +66,14 @@ func TestReplicaAcksFrozenReplica(t *testing.T) {
 	ctx := context.Background()
 	_, replica, rdb, _ := replicated(t)
 	c := newClient(t, []redis.UniversalClient{rdb}, redlock.WithNodeTimeout(ackNodeTimeout), redlock.WithReplicaAcks(1, ackWait))
-	held, err := c.Obtain(ctx, "extended", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := obtain(t, c, "extended", 10*time.Second)
 	if err := replica.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	defer replica.Cont()
 
 	start := time.Now()
-	_, err = c.Obtain(ctx, "k", 10*time.Second)
+	_, err := c.Obtain(ctx, "k", 10*time.Second)
 	took := time.Since(start)
 	if !errors.Is(err, redlock.ErrNotObtained) || !errors.Is(err, redlock.ErrUnavailable) || errors.Is(err, redlock.ErrTaken) {
 		t.Fatalf("Obtain with the replica frozen: %v", err)
@@ -202,10 +127,7 @@ func TestReplicaAcksWaitFitsTheDeadline(t *testing.T) {
 	ctx := context.Background()
 	_, replica, rdb, wc := replicated(t)
 	c := newClient(t, []redis.UniversalClient{rdb}, redlock.WithNodeTimeout(time.Second), redlock.WithReplicaAcks(1, 800*time.Millisecond))
-	l, err := c.Obtain(ctx, "warm", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := obtain(t, c, "warm", 10*time.Second)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +139,7 @@ func TestReplicaAcksWaitFitsTheDeadline(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	start := time.Now()
-	_, err = c.Obtain(dctx, "k", 10*time.Second)
+	_, err := c.Obtain(dctx, "k", 10*time.Second)
 	took := time.Since(start)
 	var re *redlock.ReplicaError
 	if !errors.As(err, &re) || re.Err != nil || re.Timeout > deadline-deadline/8-100*time.Millisecond {
@@ -274,14 +196,11 @@ func TestReplicaAcksRenewals(t *testing.T) {
 // the replicas leaves 1 grant, no quorum.
 func TestReplicaAcksEachMaster(t *testing.T) {
 	ctx := context.Background()
-	servers := startServers(t, 3)
+	servers := redistest.Start(t, 3)
 	r0 := redistest.StartReplica(t, servers[0])
 	redistest.StartReplica(t, servers[1])
 	c := newClient(t, redistest.Clients(t, servers), redlock.WithNodeTimeout(ackNodeTimeout), redlock.WithReplicaAcks(1, ackWait))
-	l, err := c.Obtain(ctx, "k", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := obtain(t, c, "k", 10*time.Second)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +208,7 @@ func TestReplicaAcksEachMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r0.Cont()
-	_, err = c.Obtain(ctx, "k", 10*time.Second)
+	_, err := c.Obtain(ctx, "k", 10*time.Second)
 	var qe *redlock.QuorumError
 	if !errors.Is(err, redlock.ErrUnavailable) || !errors.As(err, &qe) {
 		t.Fatalf("Obtain with 1 of 3 masters acknowledged: %v", err)
@@ -310,6 +229,7 @@ func TestReplicaAcksEachMaster(t *testing.T) {
 // TestReplicaAcksShareOneWait: concurrent locks share WAITs: one per
 // pipeline with grants, at its end (the hook fails the test otherwise).
 func TestReplicaAcksShareOneWait(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, _, rdb, wc := replicated(t)
 	c := newClient(t, []redis.UniversalClient{rdb}, redlock.WithNodeTimeout(ackNodeTimeout), redlock.WithReplicaAcks(1, ackWait))
@@ -340,16 +260,14 @@ func TestReplicaAcksShareOneWait(t *testing.T) {
 }
 
 // TestReplicaAcksCostNothingWithout: a Client without the option sends no
-// WAIT, and sends exactly what it sent before it existed.
+// WAIT: what it sends is what it would send were there no replicas.
 func TestReplicaAcksCostNothingWithout(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, _, rdb, wc := replicated(t)
 	c := newClient(t, []redis.UniversalClient{rdb})
 	for i := range 20 {
-		l, err := c.Obtain(ctx, fmt.Sprint("k", i), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := obtain(t, c, fmt.Sprint("k", i), 10*time.Second)
 		if err := l.Extend(ctx, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -365,6 +283,7 @@ func TestReplicaAcksCostNothingWithout(t *testing.T) {
 // TestReplicaAcksInvalid: the option's limits, and the masters it cannot
 // serve.
 func TestReplicaAcksInvalid(t *testing.T) {
+	t.Parallel()
 	m := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer m.Close()
 	for _, opts := range [][]redlock.Option{

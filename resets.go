@@ -7,11 +7,11 @@ import "time"
 // restarted without persistence, or a Sentinel failover to a replica that
 // never got the key, has lost the lock, and another Client can take it the
 // moment the master answers again. The renewal then re-takes the vanished
-// key first (extendScript), or finds another owner and tells the work at
+// key first (extend.lua), or finds another owner and tells the work at
 // once (ErrLockLost), where it would have run on for up to a renewal
 // period beside the new holder.
 //
-// What tells is the wake machinery's subscription to the master (wake.go):
+// What tells is the wake machinery's subscription to the master (internal/wake/subs.go):
 // a long-lived connection whose reader sees the socket fail the moment the
 // master goes, and whose re-subscription says when it answers again: at
 // once after a short restart, else within the subscription's retry delay
@@ -98,17 +98,8 @@ func (c *Client) hold(full string) (drop func()) {
 	if w == nil {
 		return func() {}
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
+	if !w.subs.Take(full, masters) {
 		return func() {}
 	}
-	w.take(full, masters)
-	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if !w.closed {
-			w.drop(full, masters)
-		}
-	}
+	return func() { w.subs.Drop(full, masters) }
 }

@@ -1,63 +1,9 @@
 package redlock
 
 import (
-	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/redlock-go/redlock/internal/redistest"
 )
-
-// scriptCounter counts the scripts a client sends (EVALSHA and EVAL).
-type scriptCounter struct{ n atomic.Int64 }
-
-func (h *scriptCounter) count(cmds ...redis.Cmder) {
-	for _, c := range cmds {
-		if n := c.Name(); n == "evalsha" || n == "eval" {
-			h.n.Add(1)
-		}
-	}
-}
-
-func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds...)
-		return next(ctx, cmds)
-	}
-}
-
-// watched holds "k" for ttl on one master, whose client has hook, under a
-// watchdog that runs until the test ends.
-func watched(t *testing.T, hook redis.Hook, ttl, nodeTimeout time.Duration) (*Client, *Lock) {
-	t.Helper()
-	rdb := redistest.Start(t, 1)[0].Client()
-	t.Cleanup(func() { rdb.Close() })
-	rdb.AddHook(hook)
-	c := newClient(t, []redis.UniversalClient{rdb}, WithNodeTimeout(nodeTimeout))
-	l, err := c.Obtain(t.Context(), "k", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, stop, err := l.KeepAlive(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return c, l
-}
 
 // TestWatchdogFoldsResetSignals: a subscription that flaps (here about 400
 // resets in half a second) renews a watchdog's lock at most once per
@@ -81,49 +27,6 @@ func TestWatchdogFoldsResetSignals(t *testing.T) {
 	}
 	if v := l.Validity(); v < 25*time.Second {
 		t.Errorf("validity %v after the renewals, want them to have renewed the 30s TTL", v)
-	}
-}
-
-// failHook fails every script while on, and counts the attempts.
-type failHook struct {
-	on atomic.Bool
-	n  atomic.Int64
-}
-
-func (h *failHook) fail(cmds ...redis.Cmder) bool {
-	if !h.on.Load() {
-		return false
-	}
-	for _, c := range cmds {
-		if n := c.Name(); n == "evalsha" || n == "eval" {
-			h.n.Add(1)
-			return true
-		}
-	}
-	return false
-}
-
-var errInjected = errors.New("injected: master unreachable")
-
-func (h *failHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *failHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.fail(cmd) {
-			cmd.SetErr(errInjected)
-			return errInjected
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.fail(cmds...) {
-			for _, c := range cmds {
-				c.SetErr(errInjected)
-			}
-			return errInjected
-		}
-		return next(ctx, cmds)
 	}
 }
 

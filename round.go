@@ -2,20 +2,25 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/wire"
 )
 
-// A round is one op sent to several masters, and what they answered. The
-// replies come back on one channel buffered to N, so no node ever blocks on
-// a caller that has decided and gone. Rounds are pooled: a round goes back
-// to the pool when its caller is done with it and every request sent with
-// it has been answered (a straggler may answer long after the caller
-// decided).
+// A round is one Op sent to several masters, and what they answered: the
+// lock logic's side of the wire (internal/wire). Each master's wire hands
+// its reply to the round (Deliver: a round is a wire.Sink), which puts it on
+// one channel buffered to N, so no master ever blocks on a caller that has
+// decided and gone. Rounds are pooled: a round goes back to the pool when
+// its caller is done with it and every request sent with it has been
+// answered (a straggler may answer long after the caller decided).
 type round struct {
+	c       *Client
 	replies chan reply
 	refs    atomic.Int32 // the caller's, plus one per request not yet answered
 	pool    *sync.Pool
@@ -27,20 +32,19 @@ type round struct {
 	answered            uint64 // bit i: master i's reply was read
 
 	// A failed attempt's undo (Client.undo), for the masters that had not
-	// answered when its caller decided: the node that delivers such a
-	// master's reply sends undoOp (a Release) there, unless the reply says
+	// answered when its caller decided: the delivery of such a master's
+	// reply (Deliver) sends undoOp (a Release) there, unless the reply says
 	// another owner holds the key. claimed has bit i once master i's undo
-	// is someone's to send: the caller's or the delivering node's, never
-	// both.
+	// is someone's to send: the caller's or the delivery's, never both.
 	undoing     atomic.Bool
 	claimed     atomic.Uint64
-	undoOp      op
+	undoOp      wire.Op
 	undoTimeout time.Duration
 }
 
 type reply struct {
 	idx int
-	val int64 // the fence counter, for opAcquireFenced
+	val int64 // the fence counter of a fenced acquire; what the kind answers
 	err error // nil: agreed; ErrTaken or errAbsent: refused; else failed
 }
 
@@ -58,7 +62,59 @@ func (c *Client) round() *round {
 
 func (c *Client) newRound() any {
 	n := len(c.nodes)
-	return &round{replies: make(chan reply, n), pool: &c.rounds, nodes: make([]NodeError, n), vals: make([]int64, n)}
+	return &round{c: c, replies: make(chan reply, n), pool: &c.rounds, nodes: make([]NodeError, n), vals: make([]int64, n)}
+}
+
+// Deliver takes master rep.Idx's reply to a request sent with rd, on the
+// goroutine that ran the request's lane. When rd's caller has given up on
+// the answer of a failed attempt (rd.undoing), it sends the undo the reply
+// calls for (TestUndoWaitsForTheLateAnswer).
+func (rd *round) Deliver(rep wire.Reply) {
+	c := rd.c
+	err := c.replyErr(&rep)
+	rd.replies <- reply{idx: rep.Idx, val: rep.Val, err: err}
+	if rd.undoing.Load() && c.nodes[rep.Idx].undoNeeded(err, true) && rd.claim(rep.Idx) {
+		c.sendUndo(rd, rep.Idx) // its caller has given up on this answer
+	}
+	rd.unref()
+}
+
+// replyErr is a master's reply as the lock logic reports it: the wire's
+// refusal and closing are this package's ErrTaken and ErrClosed, and a
+// grant too few replicas acknowledged is a *ReplicaError.
+func (c *Client) replyErr(rep *wire.Reply) error {
+	switch rep.Err {
+	case nil:
+		if rep.Acks.Asked {
+			return ackResult(&rep.Acks, c.cfg.acks)
+		}
+		return nil
+	case wire.ErrTaken:
+		return ErrTaken
+	case wire.ErrClosed:
+		return ErrClosed
+	}
+	return rep.Err
+}
+
+// ackResult is the error of a grant whose WAIT answered a: nil when at
+// least want replicas acknowledged it.
+func ackResult(a *wire.Acks, want int) error {
+	switch {
+	case a.Err != nil:
+		return &ReplicaError{Want: want, Timeout: a.Timeout, Err: a.Err}
+	case a.Acked < int64(want):
+		return &ReplicaError{Acked: int(a.Acked), Want: want, Timeout: a.Timeout}
+	}
+	return nil
+}
+
+// ranWithoutAcks reports whether err is a master's grant that too few
+// replicas acknowledged, with a count from WAIT: the master ran the write
+// and answered, so it is alive, and holds the key.
+func ranWithoutAcks(err error) bool {
+	var re *ReplicaError
+	return errors.As(err, &re) && re.Err == nil // a fence raise wraps it
 }
 
 // done is the caller's release of the round.
@@ -72,21 +128,27 @@ func (rd *round) unref() {
 		if rd.undoing.Load() { // only a failed attempt's round: the hot path resets nothing
 			rd.undoing.Store(false)
 			rd.claimed.Store(0)
-			rd.undoOp = op{} // it holds the caller's context
+			rd.undoOp = wire.Op{} // it holds the caller's context
 		}
 		rd.pool.Put(rd)
 	}
 }
 
 // send sends o to master i on behalf of rd (nil: nobody waits).
-func (c *Client) send(i int, o *op, rd *round) {
-	r := c.requests.Get().(*request)
-	r.op = *o
-	r.idx, r.rd = i, rd
-	if rd != nil {
-		rd.refs.Add(1)
+func (c *Client) send(i int, o *wire.Op, rd *round) {
+	if rd == nil {
+		c.nodes[i].Send(o, i, nil) // a nil *round would be a Sink that is not nil
+		return
 	}
-	c.nodes[i].send(r)
+	rd.refs.Add(1)
+	c.nodes[i].Send(o, i, rd)
+}
+
+// sendUndo sends rd's undo to master i, on a deadline of its own.
+func (c *Client) sendUndo(rd *round, i int) {
+	o := rd.undoOp
+	o.Deadline = time.Now().Add(rd.undoTimeout)
+	c.nodes[i].Send(&o, i, nil)
 }
 
 // fanout sends o to every master at once and collects replies until the
@@ -94,7 +156,7 @@ func (c *Client) send(i int, o *op, rd *round) {
 // few masters to reach one, or the deadline (capped at ctx's) passed, or
 // ctx ended. Requests still in flight then finish in the background. The
 // caller calls rd.done. timeout is the node timeout, for error messages.
-func (c *Client) fanout(ctx context.Context, o op, deadline time.Time, timeout time.Duration) *round {
+func (c *Client) fanout(ctx context.Context, o wire.Op, deadline time.Time, timeout time.Duration) *round {
 	return c.fanoutGated(ctx, o, deadline, timeout, -1)
 }
 
@@ -103,12 +165,12 @@ func (c *Client) fanout(ctx context.Context, o op, deadline time.Time, timeout t
 // marked errNotAsked. Contenders that all ask the same master first are
 // told apart there, at the cost of a round trip: at N > 1 contenders that
 // ask every master at once split the masters between them and nobody gets
-// a quorum. Waiters woken by the same release use it (wake.go).
-func (c *Client) fanoutGated(ctx context.Context, o op, deadline time.Time, timeout time.Duration, gate int) *round {
+// a quorum. Waiters woken by the same release use it (wait.go).
+func (c *Client) fanoutGated(ctx context.Context, o wire.Op, deadline time.Time, timeout time.Duration, gate int) *round {
 	rd := c.round()
-	o.deadline = capDeadline(ctx, deadline)
-	if o.kind != opRelease { // a Release goes out even when the caller gives up
-		o.done = ctx.Done()
+	o.Deadline = capDeadline(ctx, deadline)
+	if o.Kind() != wire.KindRelease { // a Release goes out even when the caller gives up
+		o.Done = ctx.Done()
 	}
 	// On a single master whose client bounds reads by the deadline, the
 	// request goes out on the caller's goroutine when the lane is idle, a
@@ -118,12 +180,12 @@ func (c *Client) fanoutGated(ctx context.Context, o op, deadline time.Time, time
 	// go-redis call. Handing it to the lane's worker instead would cost
 	// two goroutine wake-ups per round trip on every call made with a
 	// request's context, to return sooner only from a master that stalls.
-	o.inline = true
-	o.vals = ctx
+	o.Inline = true
+	o.Vals = ctx
 	pending := len(c.nodes)
 	if gate >= 0 {
 		c.send(gate, &o, rd)
-		c.collect(ctx, rd, 1, o.deadline, timeout, false)
+		c.collect(ctx, rd, 1, o.Deadline, timeout, false)
 		pending--
 	}
 	if gate >= 0 && rd.nodes[gate].Err == ErrTaken {
@@ -138,7 +200,7 @@ func (c *Client) fanoutGated(ctx context.Context, o op, deadline time.Time, time
 				c.send(i, &o, rd)
 			}
 		}
-		c.collect(ctx, rd, pending, o.deadline, timeout, true)
+		c.collect(ctx, rd, pending, o.Deadline, timeout, true)
 	}
 	if c.cfg.obs != nil {
 		c.health(ctx, rd)
@@ -251,7 +313,6 @@ func (c *Client) quorumError(op string, rd *round, kind error) *QuorumError {
 
 func (c *Client) initPools() {
 	c.rounds.New = c.newRound
-	c.requests.New = func() any { return new(request) }
 	c.timers.New = func() any {
 		t := time.NewTimer(time.Hour)
 		t.Stop()

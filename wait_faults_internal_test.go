@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/internal/wake"
 )
 
 // TestWaitAfterCloseStartsNoSubscription: obtainWait (and WaitReleased)
@@ -39,26 +40,18 @@ func TestWaitAfterCloseStartsNoSubscription(t *testing.T) {
 	x := w.join("k", false) // the Obtain goes on: join, ask (ErrClosed), leave
 	w.leave(x, 0)
 
-	time.Sleep(subLinger + 500*time.Millisecond) // longer than a subscription lingers
-	n, err := rdb.PubSubNumSub(context.Background(), wakeChannel).Result()
+	time.Sleep(wake.Linger + 500*time.Millisecond) // longer than a subscription lingers
+	n, err := rdb.PubSubNumSub(context.Background(), wake.WakeChannel).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n[wakeChannel] != 0 {
-		t.Errorf("a closed Client is still subscribed to %s on the master (%d subscribers)", wakeChannel, n[wakeChannel])
+	if n[wake.WakeChannel] != 0 {
+		t.Errorf("a closed Client is still subscribed to %s on the master (%d subscribers)", wake.WakeChannel, n[wake.WakeChannel])
 	}
 	if err := goleak.Find(ignore); err != nil {
 		t.Errorf("a closed Client left goroutines: %v", err)
 	}
-	// Let the process's goleak pass for the other tests: end it by hand.
-	w.mu.Lock()
-	for id, s := range w.subs {
-		close(s.stop)
-		_ = s.ps.Close()
-		delete(w.subs, id)
-	}
-	w.mu.Unlock()
-	w.wg.Wait()
+	w.subs.Stop() // ends what a wrong join would have started, for the process's goleak
 }
 
 // TestWaitGateFrozenAfterRefusing: a waiter refused at the gate sleeps on
@@ -93,8 +86,8 @@ func TestWaitGateFrozenAfterRefusing(t *testing.T) {
 	// refused there and sleeps on the gate's announcement.
 	redistest.Eventually(t, func() error {
 		for _, rdb := range clients {
-			n, err := rdb.PubSubNumSub(ctx, wakeChannel).Result()
-			if err != nil || n[wakeChannel] == 0 {
+			n, err := rdb.PubSubNumSub(ctx, wake.WakeChannel).Result()
+			if err != nil || n[wake.WakeChannel] == 0 {
 				return fmt.Errorf("not subscribed (%v)", err)
 			}
 		}

@@ -1,28 +1,16 @@
 package redlock_test
 
 import (
-	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlock-go/redlock"
 )
 
-// strayOnGate puts a stray value of key on the master waiters of b ask
-// first (a contender that crashed between its SET and its undo, a Release
-// that never reached that master), with ttl (0: no expiry), and returns
-// that master's position.
-func strayOnGate(t *testing.T, b *redlock.Client, clients []redis.UniversalClient, key string, ttl time.Duration) int {
-	t.Helper()
-	gate := redlock.GateOf(b, key)
-	if err := clients[gate].Set(context.Background(), key, "stray-owner", ttl).Err(); err != nil {
-		t.Fatal(err)
-	}
-	return gate
-}
+// Stray keys on the gate (the master waiters ask first) and herds of waiters
+// woken together.
 
 // TestWaiterObtainsPastAStrayKeyOnTheGate: a stray key on the master a
 // waiter asks first does not starve it once the holder of the other two
@@ -31,28 +19,21 @@ func strayOnGate(t *testing.T, b *redlock.Client, clients []redis.UniversalClien
 // are free, within a few round trips of the release, whether the stray
 // expires in a minute or never.
 func TestWaiterObtainsPastAStrayKeyOnTheGate(t *testing.T) {
+	t.Parallel()
 	for name, stray := range map[string]time.Duration{"a minute": time.Minute, "no expiry": 0} {
 		t.Run(name, func(t *testing.T) {
 			_, clients, a := cluster(t, 3)
 			b := newClient(t, clients, redlock.WithNodeTimeout(500*time.Millisecond))
 			gate := strayOnGate(t, b, clients, "k", stray)
-			held, err := a.Obtain(t.Context(), "k", 3*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			held := obtain(t, a, "k", 3*time.Second)
 			ch := waitFor(t.Context(), b, "k", 3*time.Second)
 			for i, m := range clients {
 				if i != gate {
 					marked(t, m, "k")
 				}
-				subscribed(t, m)
 			}
-			time.Sleep(100 * time.Millisecond) // the ask at the subscriptions' confirmation
-			released := time.Now()
-			if err := held.Release(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			l := wokenBy(t, ch, released, time.Second)
+			subscribedAll(t, clients) // the ask at the subscriptions' confirmation is over
+			l := wakes(t, held, ch, time.Second)
 			defer l.Release(t.Context())
 			hs := holdersOf(t, clients, "k")
 			if !strings.HasPrefix(hs[gate], "stray-owner") {
@@ -105,10 +86,7 @@ func TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate(t *testing.T) {
 	}
 	gate := strayOnGate(t, cs[0], clients, "k", time.Minute)
 	for round := range 8 {
-		held, err := a.Obtain(t.Context(), "k", time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		held := obtain(t, a, "k", time.Second)
 		got := make(chan waited, 6)
 		for _, c := range cs {
 			for range 2 {
@@ -124,10 +102,9 @@ func TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate(t *testing.T) {
 		}
 		for i, m := range clients {
 			if i != gate {
-				marked(t, m, "k")
+				queuedN(t, m, "k", len(cs)) // every Client's first waiter asked and queued
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // every waiter has asked and queued
 		released := time.Now()
 		if err := held.Release(t.Context()); err != nil {
 			t.Fatal(err)
@@ -141,5 +118,75 @@ func TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate(t *testing.T) {
 				t.Errorf("round %d: the first waiter obtained and released %v after the release, want a few round trips, not the holder's TTL (1s)", round, d.Round(time.Millisecond))
 			}
 		}
+	}
+}
+
+// TestWaitersPastAStrayKeyHandTheLockOn: two Clients wait, B queued
+// before C, for a key held on the two masters that are not the gate,
+// where a stray key without expiry sits. The holder's release gives B the
+// turn; B, refused by the stray at the gate, asks every master and gets
+// the lock. B's release must then reach C (B's value carries the turn
+// queue, so its release is announced with C's turn), and C gets the lock
+// within a few round trips, not once the first holder's 8s TTL, which C
+// read when it last asked every master, has passed.
+func TestWaitersPastAStrayKeyHandTheLockOn(t *testing.T) {
+	_, clients, a := cluster(t, 3)
+	ctx := t.Context()
+	b := newClient(t, clients)
+	c := newClient(t, clients)
+	gate := strayOnGate(t, b, clients, "k", 0)
+	held := obtain(t, a, "k", 8*time.Second)
+	other := (gate + 1) % len(clients)
+	chB := waitFor(ctx, b, "k", 20*time.Second)
+	queuedN(t, clients[other], "k", 1)
+	chC := waitFor(ctx, c, "k", 20*time.Second)
+	ids := queuedN(t, clients[other], "k", 2)
+	subscribedAll(t, clients) // the asks at the subscriptions' confirmations are over
+	lb := wakes(t, held, chB, 2*time.Second)
+	if q := queueOf(t, clients[other], "k"); fmt.Sprint(q) != fmt.Sprint(ids[1:]) {
+		t.Errorf("B holds %q, with the turn queue %q on master %d, want C's place carried over (%q)", holdersOf(t, clients, "k"), q, other, ids[1:])
+	}
+	wakes(t, lb, chC, 2*time.Second).Release(ctx) // B's release is heard: C does not sleep out the first holder's TTL
+}
+
+// TestHerdWokenTogetherDoesNotSplitTheMasters: eight Clients wait for a
+// key on three masters, with no stray key anywhere; the holder releases
+// it, or lets it expire (nobody announces that: every waiter's timer,
+// set to the PTTL it read, fires at about the same moment). The waiters
+// ask the gate first, which serializes them: none gets a master another
+// gets, so no grant is ever undone.
+func TestHerdWokenTogetherDoesNotSplitTheMasters(t *testing.T) {
+	const k = 8
+	for name, release := range map[string]bool{"released": true, "expired": false} {
+		t.Run(name, func(t *testing.T) {
+			h := drainHerd(t, k, false, release, 1500*time.Millisecond, 15*time.Second)
+			t.Logf("%d waiters: %d failed, the last lock %v after the release; %d commands (%.1f per lock), %d grants undone",
+				k, h.fails, h.took.Round(time.Millisecond), h.asks, float64(h.asks)/float64(max(k-h.fails, 1)), h.undone)
+			if h.fails > 0 {
+				t.Errorf("%d of %d waiters did not get the lock within 15s", h.fails, k)
+			}
+			if h.undone > 0 {
+				t.Errorf("%d grants undone: waiters woken together split the masters", h.undone)
+			}
+		})
+	}
+}
+
+// TestHerdPastAStrayKeyOnTheGateDrains: four Clients woken by one release
+// (or by the holder's expiry, which nobody announces) while a stray key
+// without expiry sits on the master they ask first all get the lock in
+// turn within seconds; the waiters' locks have a 20s TTL, which none of
+// them may have to sleep out.
+func TestHerdPastAStrayKeyOnTheGateDrains(t *testing.T) {
+	const k = 4
+	for name, release := range map[string]bool{"released": true, "expired": false} {
+		t.Run(name, func(t *testing.T) {
+			h := drainHerd(t, k, true, release, 1500*time.Millisecond, 15*time.Second)
+			t.Logf("%d waiters: %d failed, the last lock %v after the release; %d commands (%.1f per lock), %d grants undone",
+				k, h.fails, h.took.Round(time.Millisecond), h.asks, float64(h.asks)/float64(max(k-h.fails, 1)), h.undone)
+			if h.fails > 0 {
+				t.Errorf("%d of %d waiters did not get the lock within 15s", h.fails, k)
+			}
+		})
 	}
 }

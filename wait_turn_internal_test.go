@@ -19,35 +19,35 @@ func TestReleasedReadsTheTurnQueue(t *testing.T) {
 		return x
 	}
 	x := head("k")
-	w.released(0, "k\x00"+me+other)
+	w.Released(0, "k\x00"+me+other)
 	if x.released != 1 || x.carry != other || x.passed != passNone {
 		t.Fatalf("own turn: released %b, carry %q, passed %d; want 1, %q, none", x.released, x.carry, x.passed, other)
 	}
 	x = head("k")
-	w.released(1, "k\x00"+other+me)
+	w.Released(1, "k\x00"+other+me)
 	if x.released != 0 || x.passed != passQueued {
 		t.Fatalf("turn passed with this Client queued: released %b, passed %d; want 0, queued", x.released, x.passed)
 	}
 	x = head("k")
-	w.released(0, "k\x00"+other)
+	w.Released(0, "k\x00"+other)
 	if x.released != 0 || x.passed != passGone {
 		t.Fatalf("turn passed, this Client not queued: released %b, passed %d; want 0, gone", x.released, x.passed)
 	}
 	x = head("k")
-	w.released(2, "k")
+	w.Released(2, "k")
 	if x.released != 4 || x.passed != passNone || x.carry != "" {
 		t.Fatalf("plain release: released %b, passed %d, carry %q; want 100, none, none", x.released, x.passed, x.carry)
 	}
 	for _, msg := range []string{"k\x00AAA", "k\x00" + me + "B", "j\x00" + me} {
 		x = head("k")
-		w.released(0, msg)
+		w.Released(0, msg)
 		if x.released != 0 || x.passed != passNone {
 			t.Fatalf("%q is no release of k: released %b, passed %d", msg, x.released, x.passed)
 		}
 	}
 	odd := "a\x00" + other // a key holding a zero byte, 8 characters after it
 	y := head(odd)
-	w.released(0, odd)
+	w.Released(0, odd)
 	if y.released != 1 || y.passed != passNone {
 		t.Fatalf("key %q read as a queue: released %b, passed %d", odd, y.released, y.passed)
 	}
@@ -99,7 +99,7 @@ func TestSleepHearsWhatCameBeforeIt(t *testing.T) {
 	x := &waiter{key: "k", sig: make(chan struct{}, 1)}
 	w.keys["k"] = &keyWaiters{queue: []*waiter{x}}
 	x.signal()                      // leave: x is the head now
-	w.released(0, "k\x00"+c.turnID) // the release: its signal is dropped
+	w.Released(0, "k\x00"+c.turnID) // the release: its signal is dropped
 	<-x.sig                         // the head's loop takes the one signal
 	timer := time.NewTimer(5 * time.Second)
 	start := time.Now()
@@ -124,7 +124,7 @@ func TestReleasedReadsBothWays(t *testing.T) {
 		return x
 	}
 	a, odd := head("a"), head("a\x00"+me)
-	w.released(0, "a\x00"+me)
+	w.Released(0, "a\x00"+me)
 	if a.released != 1 || a.carry != "" {
 		t.Errorf("the head of a missed its turn: released %b, carry %q", a.released, a.carry)
 	}
@@ -146,11 +146,11 @@ func TestNoYieldToItself(t *testing.T) {
 	if d := w.yielding(x); d <= 0 {
 		t.Fatalf("yielding %v after a release that gave the turn away, want > 0", d)
 	}
-	w.released(0, "k\x00"+other+me)
+	w.Released(0, "k\x00"+other+me)
 	if d := w.yielding(x); d <= 0 {
 		t.Fatalf("yielding %v after hearing the turn went to %s, want > 0", d, other)
 	}
-	w.released(0, "k\x00"+me+other)
+	w.Released(0, "k\x00"+me+other)
 	if d := w.yielding(x); d > 0 {
 		t.Fatalf("yielding %v after hearing the turn is this Client's, want none", d)
 	}

@@ -3,122 +3,32 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-func TestDoHoldsPastItsTTL(t *testing.T) {
-	ctx := context.Background()
-	_, clients, c := cluster(t, 3)
-	other := newClient(t, clients)
-	const ttl = 300 * time.Millisecond
-	var refused atomic.Int32
-	err := c.Do(ctx, "job", ttl, func(ctx context.Context) error {
-		end := time.Now().Add(3 * ttl)
-		for time.Now().Before(end) {
-			if _, err := other.Obtain(ctx, "job", ttl); !errors.Is(err, redlock.ErrNotObtained) {
-				return fmt.Errorf("another client's Obtain during Do: %v", err)
-			}
-			refused.Add(1)
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if refused.Load() < 5 {
-		t.Fatalf("only %d refused attempts", refused.Load())
-	}
-	l, err := other.Obtain(ctx, "job", ttl) // Do released it
-	if err != nil {
-		t.Fatalf("Obtain after Do: %v", err)
-	}
-	l.Release(ctx)
-}
+// KeepAlive's watchdog: it tells the work when the validity ends, whatever
+// holds the lock meanwhile, and says why.
 
-func TestDoNotObtained(t *testing.T) {
-	ctx := context.Background()
-	_, _, c := cluster(t, 3)
-	l, err := c.Obtain(ctx, "job", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	called := false
-	err = c.Do(ctx, "job", time.Second, func(context.Context) error { called = true; return nil })
-	if !errors.Is(err, redlock.ErrNotObtained) || called {
-		t.Fatalf("Do on a held key: err %v, fn called %v", err, called)
-	}
-}
-
-func TestDoLostByTakeover(t *testing.T) {
-	ctx := context.Background()
-	_, clients, c := cluster(t, 3)
-	const ttl, every = 600 * time.Millisecond, 100 * time.Millisecond
-	var tookOver, cancelled time.Time
-	var cause error
-	err := c.Do(ctx, "job", ttl, func(wctx context.Context) error {
-		for _, rdb := range clients {
-			rdb.Set(ctx, "job", "intruder", time.Minute)
-		}
-		tookOver = time.Now()
-		select {
-		case <-wctx.Done():
-			cancelled = time.Now()
-			cause = context.Cause(wctx)
-			return errors.New("work abandoned")
-		case <-time.After(5 * time.Second):
-			return errors.New("work context never cancelled")
-		}
-	}, redlock.WithRenewEvery(every))
-	if !errors.Is(cause, redlock.ErrLockLost) {
-		t.Fatalf("cause %v, want ErrLockLost", cause)
-	}
-	if d := cancelled.Sub(tookOver); d > every+200*time.Millisecond {
-		t.Fatalf("work cancelled %v after the takeover, want within about one renewal interval (%v)", d, every)
-	}
-	if !errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "work abandoned") {
-		t.Fatalf("Do returned %v, want fn's error matching ErrLockLost", err)
-	}
-	if vs := holdersOf(t, clients, "job"); count(vs, "intruder") != 3 {
-		t.Fatalf("intruder's keys became %q", vs)
-	}
-}
-
+// TestWatchdogCancelsAtValidityEndWhileRenewalHangs: with a majority
+// frozen and node timeouts far longer than the lock's validity, the
+// watchdog tells the work (ErrLockLost) when the validity ends, not when
+// the hanging renewal gives up, and never before.
 func TestWatchdogCancelsAtValidityEndWhileRenewalHangs(t *testing.T) {
 	ctx := context.Background()
 	// Long node timeouts: a renewal to a frozen master would hang for 10s.
 	servers, _, c := cluster(t, 3, redlock.WithNodeTimeout(10*time.Second))
 	const ttl = 800 * time.Millisecond
-	l, err := c.Obtain(ctx, "job", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := obtain(t, c, "job", ttl)
 	wctx, stop, err := l.KeepAlive(ctx, redlock.WithRenewEvery(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	for _, s := range servers[:2] {
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Cont()
-	}
+	takeDown(t, "frozen", servers[:2]...)
 	// The validity can only shrink from here: renewals get no quorum.
 	validUntil := time.Now().Add(l.Validity())
 	select {
@@ -138,150 +48,159 @@ func TestWatchdogCancelsAtValidityEndWhileRenewalHangs(t *testing.T) {
 	}
 }
 
-func TestDoPanicReleases(t *testing.T) {
+// TestWatchdogCancelsOnTimeBehindAnExtend: the watchdog tells the work at
+// the validity's end even while the caller's own Extend holds the lock and
+// waits on frozen masters.
+func TestWatchdogCancelsOnTimeBehindAnExtend(t *testing.T) {
 	ctx := context.Background()
-	_, clients, c := cluster(t, 3)
-	defer func() {
-		p := recover()
-		if p != "boom" {
-			t.Fatalf("recovered %v, want the fn's panic value", p)
-		}
-		redistest.Eventually(t, func() error {
-			if vs := holdersOf(t, clients, "job"); count(vs, "") != 3 {
-				return fmt.Errorf("lock left after a panic: %q", vs)
-			}
-			return nil
-		})
-	}()
-	c.Do(ctx, "job", time.Second, func(context.Context) error { panic("boom") })
-	t.Fatal("Do returned after fn panicked")
-}
-
-func TestDoReturnsFnError(t *testing.T) {
-	ctx := context.Background()
-	_, clients, c := cluster(t, 3)
-	want := errors.New("rebuild failed")
-	err := c.Do(ctx, "job", time.Second, func(context.Context) error { return want })
-	if err != want {
-		t.Fatalf("Do returned %v, want fn's error itself", err)
-	}
-	redistest.Eventually(t, func() error {
-		if vs := holdersOf(t, clients, "job"); count(vs, "") != 3 {
-			return fmt.Errorf("lock left after Do: %q", vs)
-		}
-		return nil
-	})
-}
-
-func TestCloseDuringDo(t *testing.T) {
-	ctx := context.Background()
-	servers := startServers(t, 3)
-	clients := clientsOf(t, servers)
-	c, err := redlock.New(clients)
+	servers, _, c := cluster(t, 3, redlock.WithNodeTimeout(4*time.Second))
+	const ttl = 900 * time.Millisecond
+	l := obtain(t, c, "job", ttl)
+	wctx, stop, err := l.KeepAlive(ctx, redlock.WithRenewEvery(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{})
-	var cause error
-	var doErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		doErr = c.Do(ctx, "job", time.Second, func(wctx context.Context) error {
-			close(started)
-			<-wctx.Done()
-			cause = context.Cause(wctx)
-			return wctx.Err()
-		})
-	})
-	<-started
-	if err := c.Close(); err != nil {
+	defer stop()
+	takeDown(t, "frozen", servers[:2]...)
+	validUntil := time.Now().Add(l.Validity())
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, ttl) }() // hangs on the frozen masters
+	select {
+	case <-wctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("work context not cancelled")
+	}
+	if late := time.Since(validUntil); late > 150*time.Millisecond {
+		t.Fatalf("work told %v after the validity ended", late)
+	}
+	if !errors.Is(context.Cause(wctx), redlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", context.Cause(wctx))
+	}
+	<-extended
+}
+
+// TestWatchdogFollowsAShortenedValidity: an Extend with a shorter TTL (or a
+// failed Extend, which shortens the validity) moves the validity's end
+// before the watchdog's next renewal: the watchdog renews before the new
+// end, or tells the work; the work context is never live while another
+// owner holds the lock.
+func TestWatchdogFollowsAShortenedValidity(t *testing.T) {
+	ctx := context.Background()
+	_, clients, a := cluster(t, 3, redlock.WithNodeTimeout(100*time.Millisecond))
+	b := newClient(t, clients, redlock.WithNodeTimeout(100*time.Millisecond))
+	l := obtain(t, a, "job", 3*time.Second)
+	wctx, stop, err := l.KeepAlive(ctx) // renews every second
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Close returned: fn has returned and the lock is released.
-	if !errors.Is(cause, redlock.ErrClosed) {
-		t.Fatalf("work context's cause %v, want ErrClosed", cause)
+	defer stop()
+	if err := l.Extend(ctx, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
 	}
-	if vs := holdersOf(t, clients, "job"); count(vs, "") < 2 {
-		t.Fatalf("lock still held on a quorum after Close: %q", vs)
+	validUntil := time.Now().Add(l.Validity())
+	bctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	bl, err := b.Obtain(bctx, "job", time.Minute, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
+	if err == nil {
+		defer bl.Release(ctx)
+		if wctx.Err() == nil {
+			t.Fatalf("B holds the lock (A's validity ended %v ago, A's Validity() = %v) while A's work context is still live",
+				time.Since(validUntil).Round(time.Millisecond), l.Validity())
+		}
+		return
 	}
-	wg.Wait()
-	if !errors.Is(doErr, redlock.ErrClosed) {
-		t.Fatalf("Do returned %v, want ErrClosed", doErr)
-	}
-	if err := c.Do(ctx, "job", time.Second, func(context.Context) error { return nil }); !errors.Is(err, redlock.ErrClosed) {
-		t.Fatalf("Do after Close: %v", err)
+	// B never got it: the watchdog renewed A's lock before the shorter
+	// validity ended, as it should.
+	if !errors.Is(err, redlock.ErrTaken) || wctx.Err() != nil || l.Validity() < time.Second {
+		t.Fatalf("B: %v; A's work context %v, validity %v: want A renewed in time", err, wctx.Err(), l.Validity())
 	}
 }
 
-func TestMaxHold(t *testing.T) {
+// TestKeepAliveStartedLateRenewsInTime: a lock kept past part of its TTL
+// before KeepAlive starts (set-up work, then "keep it while I finish") has
+// less validity left than the renewal interval: the watchdog's first
+// renewal comes before the validity ends, not a whole interval later, and
+// on healthy masters the lock is kept.
+func TestKeepAliveStartedLateRenewsInTime(t *testing.T) {
 	ctx := context.Background()
-	_, _, c := cluster(t, 1)
-	start := time.Now()
-	err := c.Do(ctx, "job", 300*time.Millisecond, func(wctx context.Context) error {
-		<-wctx.Done()
+	_, clients, a := cluster(t, 3, redlock.WithNodeTimeout(100*time.Millisecond))
+	b := newClient(t, clients, redlock.WithNodeTimeout(100*time.Millisecond))
+	l := obtain(t, a, "job", 1500*time.Millisecond)
+	work(1100 * time.Millisecond) // set-up work: about 385ms of validity left
+	left := l.Validity()
+	wctx, stop, err := l.KeepAlive(ctx) // renews every 500ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	bctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	bl, err := b.Obtain(bctx, "job", time.Minute, redlock.WithRetry(redlock.LinearBackoff(10*time.Millisecond)))
+	if err != nil {
+		return // the watchdog kept the lock: fine
+	}
+	defer bl.Release(ctx)
+	if wctx.Err() == nil {
+		t.Fatalf("KeepAlive started with %v of validity left: B obtained the lock while A's work context is still live (A's Validity() = %v)", left.Round(time.Millisecond), l.Validity())
+	}
+	t.Errorf("KeepAlive started with %v of validity left on healthy masters: lock lost (%v) before its first renewal", left.Round(time.Millisecond), context.Cause(wctx))
+}
+
+// TestReleaseBeforeStopIsNoLoss: KeepAlive's user releases the lock, then
+// stops the watchdog: the watchdog ends, and its cause is no ErrLockLost.
+func TestReleaseBeforeStopIsNoLoss(t *testing.T) {
+	ctx := context.Background()
+	_, _, c := cluster(t, 3)
+	l := obtain(t, c, "k", time.Second)
+	wctx, stop, err := l.KeepAlive(ctx, redlock.WithRenewEvery(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the watchdog went on after Release")
+	}
+	if cause := context.Cause(wctx); errors.Is(cause, redlock.ErrLockLost) {
+		t.Fatalf("Release before stop reported as a loss: %v", cause)
+	}
+}
+
+// TestReleaseBeforeStopIsNoLossMidRelease: TestReleaseBeforeStopIsNoLoss
+// with a watchdog that wakes while the Release is in flight on slow
+// masters (the Release has zeroed the validity, and not returned yet): it
+// does not take the zero for a validity that ran out, and cancels the work
+// of a lock its owner released with no ErrLockLost.
+func TestReleaseBeforeStopIsNoLossMidRelease(t *testing.T) {
+	ctx := context.Background()
+	servers := redistest.Start(t, 3)
+	direct := redistest.Clients(t, servers)
+	viaProxy, proxies := proxied(t, servers, true)
+	c := newClient(t, viaProxy, redlock.WithNodeTimeout(time.Second))
+	l := obtain(t, c, "k", 3*time.Second)
+	scripts := scriptsRun(t, direct...)
+	wctx, stop, err := l.KeepAlive(ctx, redlock.WithRenewEvery(30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, func() error { // the watchdog renews
+		if scriptsRun(t, direct...) == scripts {
+			return errors.New("no renewal yet")
+		}
 		return nil
-	}, redlock.WithMaxHold(500*time.Millisecond))
-	if !errors.Is(err, redlock.ErrLockLost) {
-		t.Fatalf("Do past its max hold: %v, want ErrLockLost", err)
+	})
+	for _, p := range proxies {
+		p.DelayOpen(150*time.Millisecond, 0) // the masters answer slowly, well within the node timeout
 	}
-	if took := time.Since(start); took < 500*time.Millisecond || took > 2*time.Second {
-		t.Fatalf("Do ended after %v with a 500ms cap", took)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
 	}
-}
-
-// pipelineCounter counts the round trips a go-redis client makes.
-type pipelineCounter struct{ trips atomic.Int64 }
-
-func (p *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { p.trips.Add(1); return next(ctx, cmd) }
-}
-func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { p.trips.Add(1); return next(ctx, cmds) }
-}
-
-func TestManyRenewalsSharePipelines(t *testing.T) {
-	ctx := context.Background()
-	servers := startServers(t, 3)
-	clients := clientsOf(t, servers)
-	counters := make([]*pipelineCounter, len(clients))
-	for i, rdb := range clients {
-		counters[i] = &pipelineCounter{}
-		rdb.AddHook(counters[i])
+	stop()
+	if cause := context.Cause(wctx); errors.Is(cause, redlock.ErrLockLost) {
+		t.Fatalf("work context of a lock its owner released: cause %v", cause)
 	}
-	c := newClient(t, clients, redlock.WithNodeTimeout(time.Second))
-	const locks = 300
-	var stops []func()
-	for i := range locks {
-		l, err := c.Obtain(ctx, fmt.Sprint("job-", i), 3*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, stop, err := l.KeepAlive(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stops = append(stops, stop)
-		defer l.Release(ctx)
-	}
-	before := counters[0].trips.Load()
-	calls := evalshaCalls(t, clients[0])
-	time.Sleep(2500 * time.Millisecond) // more than one renewal interval (1s) for every lock
-	for _, stop := range stops {
-		stop()
-	}
-	renewals := evalshaCalls(t, clients[0]) - calls
-	trips := int(counters[0].trips.Load() - before)
-	if renewals < locks {
-		t.Fatalf("%d renewals reached master 0, want at least one per lock (%d)", renewals, locks)
-	}
-	if trips*10 > renewals {
-		t.Fatalf("%d renewals took %d round trips to master 0: they did not share pipelines", renewals, trips)
-	}
-	t.Logf("%d renewals in %d round trips to one master", renewals, trips)
-}
-
-func evalshaCalls(t *testing.T, rdb redis.UniversalClient) int {
-	t.Helper()
-	return cmdCalls(t, rdb, "evalsha") + cmdCalls(t, rdb, "eval")
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,10 +20,11 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	conns  map[*link]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[*link]struct{}
+	closed  bool
+	wg      sync.WaitGroup
+	pending atomic.Int64 // chunks read from one side, not yet written to the other nor dropped
 }
 
 // A link is one proxied connection: client <-> proxy <-> server.
@@ -122,6 +124,7 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, pm *pump) {
 			b := make([]byte, 32<<10)
 			n, err := src.Read(b)
 			if n > 0 {
+				p.pending.Add(1)
 				ch <- chunk{b[:n], pm.due()}
 			}
 			if err != nil {
@@ -132,13 +135,17 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, pm *pump) {
 	for c := range ch {
 		time.Sleep(time.Until(c.due))
 		if pm.hushed() {
+			p.pending.Add(-1)
 			continue
 		}
-		if _, err := dst.Write(c.b); err != nil {
+		_, err := dst.Write(c.b)
+		p.pending.Add(-1)
+		if err != nil {
 			break
 		}
 	}
 	for range ch { // drain, so the reader can exit
+		p.pending.Add(-1)
 	}
 	// The source is done: close the other side for writing, so the peer
 	// sees EOF after everything that was sent; a silenced link tells the
@@ -155,6 +162,13 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, pm *pump) {
 	delete(p.conns, l)
 	p.mu.Unlock()
 }
+
+// Pending returns how many chunks of bytes the proxy holds: read from one
+// side of a connection and not yet written to the other (a delay) nor
+// dropped (a silenced or closed connection). Zero once what was sent
+// through it has been delivered: a straggling request has reached the
+// server, or never will.
+func (p *Proxy) Pending() int64 { return p.pending.Load() }
 
 // DelayOpen delays by up (client to server) and down (server to client)
 // every byte read from now on by the connections open now.

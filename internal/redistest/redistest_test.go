@@ -548,6 +548,50 @@ func TestProxy(t *testing.T) {
 	}
 }
 
+// TestProxyPending: Pending counts what a delay holds back, and is zero
+// once it has been delivered.
+func TestProxyPending(t *testing.T) {
+	s := Start(t, 1)[0]
+	p, err := NewProxy(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: -1, DisableIdentity: true, ReadTimeout: 5 * time.Second})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Pending(); n != 0 {
+		t.Fatalf("Pending %d with nothing on its way", n)
+	}
+	p.DelayOpen(300*time.Millisecond, 0)
+	set := make(chan error, 1)
+	go func() { set <- c.Set(ctx, "k", "v", 0).Err() }()
+	Within(t, 200*time.Millisecond, func() error {
+		if n := p.Pending(); n == 0 {
+			return fmt.Errorf("Pending %d while a SET is held back", n)
+		}
+		return nil
+	})
+	if v := get(t, s, "k"); v != "" {
+		t.Fatalf("the delayed SET arrived early: %q", v)
+	}
+	Within(t, 2*time.Second, func() error {
+		if n := p.Pending(); n != 0 {
+			return fmt.Errorf("Pending %d after the delay", n)
+		}
+		return nil
+	})
+	if v := get(t, s, "k"); v != "v" {
+		t.Fatalf("Pending is 0 but the SET has not landed: %q", v)
+	}
+	if err := <-set; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReplicaAndSentinel: NewReplica returns a synced replica that gets
 // the master's writes; a Sentinel server monitors the master and knows the
 // replica.

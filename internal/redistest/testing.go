@@ -127,3 +127,21 @@ func Eventually(tb testing.TB, check func() error) {
 	}
 	tb.Fatal(err)
 }
+
+// Within polls check every 10ms until it returns nil, and fails tb with
+// check's last error once d has passed: a wait for a state that must come
+// within d, which returns as soon as it has.
+func Within(tb testing.TB, d time.Duration, check func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

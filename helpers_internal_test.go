@@ -1,0 +1,329 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/internal/scripts"
+)
+
+// Helpers of the root package's own tests (package redlock): in-process
+// masters, Clients over them, faults, hooks.
+
+// minis starts n in-process masters and returns them with their clients.
+func minis(t *testing.T, n int) ([]*miniredis.Miniredis, []redis.UniversalClient) {
+	t.Helper()
+	ms := make([]*miniredis.Miniredis, n)
+	cs := make([]redis.UniversalClient, n)
+	for i := range n {
+		ms[i] = miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: ms[i].Addr(), MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	return ms, cs
+}
+
+func newClient(t *testing.T, masters []redis.UniversalClient, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(masters, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// proxied starts n servers, each behind a proxy, and returns the proxies
+// and go-redis clients that reach the servers through them, with go-redis's
+// defaults for the read timeouts (ContextTimeoutEnabled off: a read is
+// bounded by ReadTimeout, not by the request's deadline), as a newcomer's
+// clients would be.
+func proxied(t *testing.T, n int) ([]*redistest.Proxy, []redis.UniversalClient) {
+	t.Helper()
+	servers := redistest.Start(t, n)
+	proxies := make([]*redistest.Proxy, n)
+	clients := make([]redis.UniversalClient, n)
+	for i, s := range servers {
+		p, err := redistest.NewProxy(s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		rdb := s.Client(func(o *redis.Options) { o.Addr = p.Addr() })
+		t.Cleanup(func() { rdb.Close() })
+		proxies[i], clients[i] = p, rdb
+	}
+	return proxies, clients
+}
+
+// busyMaster keeps s busy in a script that never ends (every command but a
+// few gets -BUSY) until stop is called, which kills the script.
+func busyMaster(t *testing.T, s *redistest.Server) (stop func()) {
+	t.Helper()
+	ctx := context.Background()
+	script := s.Client(func(o *redis.Options) { o.ReadTimeout = 30 * time.Second })
+	probe := s.Client()
+	done := make(chan error, 1)
+	go func() { done <- script.Eval(ctx, "while true do end", nil).Err() }()
+	redistest.Eventually(t, func() error {
+		if err := probe.Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "BUSY") {
+			return fmt.Errorf("PING while the script runs: %v", err)
+		}
+		return nil
+	})
+	return func() {
+		defer script.Close()
+		defer probe.Close()
+		if err := probe.Do(ctx, "script", "kill").Err(); err != nil {
+			t.Errorf("SCRIPT KILL: %v", err)
+		}
+		<-done
+	}
+}
+
+// laneIdle waits until the lanes of rdb's master gave their connections
+// back to its pool.
+func laneIdle(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	redistest.Eventually(t, func() error {
+		if s := rdb.PoolStats(); s.IdleConns != s.TotalConns {
+			return fmt.Errorf("the lanes still hold %d connections", s.TotalConns-s.IdleConns)
+		}
+		return nil
+	})
+}
+
+// workerSeen is a go-redis hook that records whether a command ran on a
+// lane's worker goroutine.
+type workerSeen struct {
+	mu     sync.Mutex
+	worker []bool
+}
+
+func (h *workerSeen) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *workerSeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.see(cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+
+func (h *workerSeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.see("pipeline")
+		return next(ctx, cmds)
+	}
+}
+
+func (h *workerSeen) see(string) {
+	buf := make([]byte, 64<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	h.mu.Lock()
+	h.worker = append(h.worker, strings.Contains(string(buf), "(*lane).work"))
+	h.mu.Unlock()
+}
+
+// scriptCounter counts the scripts a client sends (EVALSHA and EVAL).
+type scriptCounter struct{ n atomic.Int64 }
+
+func (h *scriptCounter) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if n := c.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+	}
+}
+
+func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// watched holds "k" for ttl on one master, whose client has hook, under a
+// watchdog that runs until the test ends.
+func watched(t *testing.T, hook redis.Hook, ttl, nodeTimeout time.Duration) (*Client, *Lock) {
+	t.Helper()
+	rdb := redistest.Start(t, 1)[0].Client()
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(hook)
+	c := newClient(t, []redis.UniversalClient{rdb}, WithNodeTimeout(nodeTimeout))
+	l, err := c.Obtain(t.Context(), "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop, err := l.KeepAlive(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return c, l
+}
+
+// failHook fails every script while on, and counts the attempts.
+type failHook struct {
+	on atomic.Bool
+	n  atomic.Int64
+}
+
+func (h *failHook) fail(cmds ...redis.Cmder) bool {
+	if !h.on.Load() {
+		return false
+	}
+	for _, c := range cmds {
+		if n := c.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+			return true
+		}
+	}
+	return false
+}
+
+var errInjected = errors.New("injected: master unreachable")
+
+func (h *failHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.fail(cmd) {
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.fail(cmds...) {
+			for _, c := range cmds {
+				c.SetErr(errInjected)
+			}
+			return errInjected
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// oneOutcome checks the rule of a failed operation's outcome (errors.go):
+// err matches at most one of ErrTaken and ErrUnavailable, and its headline
+// (the text before the masters' answers) names the one it matches.
+func oneOutcome(t *testing.T, what string, err error) (taken, unavailable bool) {
+	t.Helper()
+	taken, unavailable = errors.Is(err, ErrTaken), errors.Is(err, ErrUnavailable)
+	if taken && unavailable {
+		t.Fatalf("%s: %v matches both ErrTaken and ErrUnavailable", what, err)
+	}
+	head, _, _ := strings.Cut(err.Error(), " (")
+	if strings.Contains(head, "held by another owner") != taken || strings.Contains(head, "masters unavailable") != unavailable {
+		t.Fatalf("%s: %q says otherwise than it matches (taken %v, unavailable %v)", what, head, taken, unavailable)
+	}
+	return taken, unavailable
+}
+
+// overlappingSets are the sets the contention tests take: each key is in
+// several, in both orders, beside a set of one key and a set of three.
+var overlappingSets = [][]string{
+	{"k0", "k1"}, {"k1", "k0"}, {"k1", "k2"}, {"k2", "k3", "k4"},
+	{"k4", "k0"}, {"k3", "k1"}, {"k2"}, {"k0", "k2", "k4"},
+}
+
+// A contention is what contend saw: per key, how often a holder found
+// another holder of that key (a ledger of holders per key: it must stay at
+// one); the workers that did not get through all their rounds (no
+// progress: a deadlock, or keys left behind); and the holds made.
+type contention struct {
+	overlaps map[string]int
+	stuck    []string
+	holds    int
+}
+
+// contend runs one worker per set of sets on c, each taking its set rounds
+// times (a jittered retry, each Obtain bounded by wait) and holding it a
+// moment.
+func contend(t *testing.T, c *Client, sets [][]string, rounds int, ttl, wait time.Duration) contention {
+	t.Helper()
+	var mu sync.Mutex
+	res := contention{overlaps: map[string]int{}}
+	holders := map[string]*atomic.Int32{}
+	for _, set := range sets {
+		for _, k := range set {
+			holders[k] = new(atomic.Int32)
+		}
+	}
+	var wg sync.WaitGroup
+	for w, set := range sets {
+		wg.Go(func() {
+			for r := range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				l, err := c.ObtainMulti(ctx, set, ttl, WithRetry(LinearBackoff(2*time.Millisecond)))
+				cancel()
+				if err != nil {
+					mu.Lock()
+					res.stuck = append(res.stuck, fmt.Sprintf("worker %d %q, round %d: %v", w, set, r, err))
+					mu.Unlock()
+					return
+				}
+				var seen []string
+				for _, k := range set {
+					if holders[k].Add(1) > 1 {
+						seen = append(seen, k)
+					}
+				}
+				time.Sleep(300 * time.Microsecond)
+				for _, k := range set {
+					holders[k].Add(-1)
+				}
+				mu.Lock()
+				res.holds++
+				for _, k := range seen {
+					res.overlaps[k]++
+				}
+				mu.Unlock()
+				l.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// brokenScript is a script of src with its digest.
+func brokenScript(src string) scripts.Script {
+	r := redis.NewScript(src)
+	return scripts.New("broken.lua", src, r.Hash())
+}
+
+// setClient starts n masters and a Client over them.
+func setClient(t *testing.T, n int) *Client {
+	t.Helper()
+	c, err := New(redistest.Clients(t, redistest.Start(t, n)), WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}

@@ -1,0 +1,125 @@
+package wire
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A state is what the transports of one master learn of it, shared by the
+// master's lanes (a Cluster master has one per shard) and read by the
+// requests' decoding and by the root through Master's methods. The
+// transports write it; nothing else does.
+type state struct {
+	loaded    atomic.Bool  // every script is in the master's cache, as far as we know
+	killKnown atomic.Int32 // 0 not asked yet, 1 CLIENT KILL allowed, 2 not
+	// runID is the master process's run_id (INFO server), to tell a
+	// restart from a connection merely closed: nil until asked, "" when
+	// the master does not say.
+	runID atomic.Pointer[string]
+	// restarted is when a lane first saw runID change (a restart), in ns
+	// since epoch; 0 if never.
+	epoch     time.Time
+	restarted atomic.Int64
+	// clock is the master's clock offset, in ms: its wall clock minus the
+	// client's, as the last fresh connection to it measured (sawClock); 0
+	// where none did. An Extend's bounds reach the master in its own
+	// clock: request.build adds it.
+	clock atomic.Int64
+	// clockKnown says the last fresh connection measured clock.
+	clockKnown atomic.Bool
+	// told says the master answered the run_id question (with one, or by
+	// denying INFO), or never will (a Cluster master): a lock obtained
+	// before then cannot tell a restart since (ReleaseFacts.Known).
+	told atomic.Bool
+	// changed, if set, runs when a lane sees the master's run_id change:
+	// a restart, or a failover to another process.
+	changed func()
+	// taken is closed once a lane of a standalone master has taken a
+	// connection of its own (transport.take): see Master.Taken.
+	taken     chan struct{}
+	takenOnce sync.Once
+	// slotsKnown says, on a Cluster master, that go-redis has its slot
+	// map: the shards' lanes may be used (shards.go).
+	slotsKnown atomic.Bool
+}
+
+// sawRunID records the run_id a fresh connection read, and notes a
+// restart when it differs from the one known before.
+func (st *state) sawRunID(run string) {
+	st.told.Store(true)
+	if run == "" {
+		return // not allowed to ask: restarts go unseen
+	}
+	if was := st.runID.Swap(&run); was != nil && *was != run {
+		st.restarted.Store(int64(max(time.Since(st.epoch), 1)))
+		if st.changed != nil {
+			st.changed() // the root's subscriptions may be on the old process (its waker.probe)
+		}
+	}
+}
+
+// sawClock records the master's clock offset as a fresh connection
+// measured it (transport.identify): the master's wall clock (usec, the
+// server_time_usec of its INFO server reply) minus the client's when the
+// reply arrived (at). ok false, a master that did not say (INFO denied, a
+// Redis without the field), records 0: the client's clock is taken for
+// the master's, the assumption that the clocks agree.
+//
+// The master read its clock somewhere within the round trip, so the
+// client's reading at the middle of it is the best guess, off by up to
+// half the round trip either way: the two legs need not take as long, and
+// a master that is busy, or was frozen, runs the command late in it,
+// which makes the middle's offset too high, the unsafe way. Taken at the
+// round trip's end instead (the master read its clock before then), the
+// offset can only be low, by at most the round trip: the bounds reach the
+// master early, never late. Early costs at most this: a renewal that
+// reaches that master within the round trip of its bound does nothing
+// there (ErrPastValidity: a failure of that master's, never a loss), and
+// a re-take then finds the key gone, as it is; late would let a straggler
+// run past the validity. It is floored to the millisecond for the same
+// reason. (TestClockOffsetIsMeasuredOnEveryFreshConnection)
+//
+// The offset holds until the lane's next fresh connection (see connTurn
+// and connIdle; a failure drops the connection too; a watchdog's renewals
+// may keep one for long): a clock that jumps meanwhile, the master's or
+// the client's wall clock, moves the bounds by the jump. A master's
+// clock jumped ahead refuses that master's renewals (ErrPastValidity: a
+// failure, never a loss; the other masters still make a quorum) and its
+// re-takes; one jumped back may run a straggler as late as the jump, as
+// it keeps every key longer by the jump: Redlock holds while the clocks'
+// rates agree, not across jumps. A refusal past the validity
+// (ErrPastValidity) where the offset was measured gives the lane's
+// connection back, so that the next request measures it again: a step
+// of either clock, or a rate that drifted over the connection's life,
+// costs one failed renewal, not the lock
+// (TestLockObtainedAfterAMasterClockStepIsRenewed,
+// TestMasterClockRunningFastWithinTheDriftLosesNoWatchedLock,
+// TestClientClockSteppedBackLosesNoWatchedLock,
+// TestStaleClockOffsetFailsThatMasterOnly)
+func (st *state) sawClock(usec int64, at time.Time, ok bool) {
+	st.clockKnown.Store(ok)
+	if !ok {
+		st.clock.Store(0)
+		return
+	}
+	d := usec*1000 - at.UnixNano()
+	ms := d / 1e6
+	if d%1e6 < 0 {
+		ms-- // floored: the offset may only err low
+	}
+	st.clock.Store(ms)
+}
+
+// restartedAfter reports whether the master was seen to restart after t.
+func (st *state) restartedAfter(t time.Time) bool {
+	d := st.restarted.Load()
+	return d != 0 && st.epoch.Add(time.Duration(d)).After(t)
+}
+
+// killAllowed reports whether the master lets this client kill
+// connections (the barrier; see barrier.go).
+func (st *state) killAllowed() bool { return st.killKnown.Load() == 1 }
+
+// tookConn notes that a lane has taken a connection of its own.
+func (st *state) tookConn() { st.takenOnce.Do(func() { close(st.taken) }) }
