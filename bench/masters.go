@@ -238,23 +238,6 @@ func sweep(ctx context.Context, admin []*redis.Client, prefix string) (int, erro
 	return total, nil
 }
 
-// serverCPU returns used_cpu_sys + used_cpu_user, in seconds, summed over the given servers.
-func serverCPU(ctx context.Context, admin []*redis.Client) (float64, error) {
-	var sum float64
-	for _, c := range admin {
-		info, err := c.Info(ctx, "cpu").Result()
-		if err != nil {
-			return 0, err
-		}
-		s, err := parseInfoCPU(info)
-		if err != nil {
-			return 0, err
-		}
-		sum += s
-	}
-	return sum, nil
-}
-
 // parseInfoCPU sums used_cpu_sys and used_cpu_user of an INFO cpu reply.
 func parseInfoCPU(info string) (float64, error) {
 	var sum float64

@@ -399,8 +399,6 @@ func measureOf(set attribute.Set) measure {
 	return measure{rec: []metric.RecordOption{o}, add: []metric.AddOption{o}}
 }
 
-var noAttrs = measureOf(*attribute.EmptySet())
-
 // outcomes are the outcomes whose attribute sets NewObserver makes once.
 var outcomes = []redlock.Outcome{redlock.Obtained, redlock.Extended, redlock.Released, redlock.Taken,
 	redlock.Unavailable, redlock.Lost, redlock.Cancelled}

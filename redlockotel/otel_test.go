@@ -498,7 +498,7 @@ func TestEventsWithoutRedis(t *testing.T) {
 	}
 	for k, v := range want {
 		if got, _ := attr(s, k); got != v {
-			t.Errorf("span attribute %s = %v, want %v", k, got.Emit(), v.Emit())
+			t.Errorf("span attribute %s = %v, want %v", k, got.String(), v.String())
 		}
 	}
 	if s.Status().Code != codes.Error || s.Status().Description != "something new" {

@@ -4,7 +4,9 @@
 # Installs what the tests need when it is missing (redis-server; a C compiler,
 # which -race needs), then for the root module and every module below it (a
 # directory with a go.mod: bench/, chaos/, ...): go vet, go test -race, and the
-# module's executable ci.sh if it has one. gofmt is checked once for all.
+# module's executable ci.sh if it has one; then staticcheck (pinned, every
+# check on: staticcheck.conf) in every module, and each fuzz target for a
+# few seconds beyond its seed corpus. gofmt is checked once for all.
 # Every step runs even after a failure; the summary lists what failed and the
 # exit status is non-zero if anything did.
 #
@@ -15,6 +17,8 @@ cd "$(dirname "$0")/.."
 
 export REDLOCK_REQUIRE_REDIS=1
 GO_TEST_FLAGS=(-race -count=1 -timeout 10m)
+STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZ_TIME=${FUZZ_TIME:-4s}
 
 header() { printf '\n==== %s\n' "$*"; }
 die() {
@@ -98,6 +102,33 @@ for dir in "${modules[@]}"; do
 		step "$name: ci.sh" in_dir "$dir" ./ci.sh
 	fi
 done
+
+header "staticcheck ($STATICCHECK)"
+for dir in "${modules[@]}"; do
+	name=${dir#./}
+	[ "$name" = . ] && name=root
+	step "$name: staticcheck" in_dir "$dir" go run "$STATICCHECK" ./...
+done
+
+# fuzz_all runs every Fuzz target of the root module for FUZZ_TIME each
+# (go test -fuzz takes one target of one package at a time). go test above
+# has already run each seed corpus.
+fuzz_all() {
+	local pkg target out ok=0
+	while read -r pkg; do
+		for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+			echo "fuzz $pkg $target"
+			if ! out=$(go test -run '^$' -fuzz "^$target\$" -fuzztime "$FUZZ_TIME" "$pkg" 2>&1); then
+				printf '%s\n' "$out" | tail -40
+				echo "fuzz: $pkg $target failed (go test saved the input under the package's testdata/fuzz)"
+				ok=1
+			fi
+		done
+	done < <(go list ./... )
+	return $ok
+}
+header "fuzz ($FUZZ_TIME per target)"
+step "root: fuzz" fuzz_all
 
 header "summary"
 total=$((${#passed[@]} + ${#failed[@]}))

@@ -317,12 +317,3 @@ func closeAll(clients []*redis.Client) {
 		_ = c.Close()
 	}
 }
-
-// addrs names the masters in output.
-func addrs(opts []*redis.Options) []string {
-	a := make([]string, len(opts))
-	for i, o := range opts {
-		a[i] = o.Addr
-	}
-	return a
-}

@@ -255,7 +255,7 @@ func (s *story) workerA(ctx context.Context, name string, write func(context.Con
 	lock, err := s.locks.Obtain(ctx, name, s.cfg.ttl, s.retry())
 	if err != nil {
 		close(aHolds)
-		return fmt.Errorf("A: %w", err)
+		return fmt.Errorf("worker A: %w", err)
 	}
 	o.fenceA = lock.Fence()
 	s.logf("A obtained the lock: fence %d, lease %v", lock.Fence(), s.cfg.ttl)
@@ -287,7 +287,7 @@ func (s *story) workerA(ctx context.Context, name string, write func(context.Con
 	case errors.As(o.errA, &stale):
 		s.logf("  REFUSED: %v", stale)
 	case o.errA != nil:
-		return fmt.Errorf("A's write: %w", o.errA)
+		return fmt.Errorf("worker A's write: %w", o.errA)
 	case !o.fenced:
 		s.logf("  accepted: nothing checked the fence; B's report is overwritten")
 	default:
@@ -313,7 +313,7 @@ func (s *story) workerB(ctx context.Context, name string, write func(context.Con
 	<-aHolds
 	lock, err := s.locks.Obtain(ctx, name, s.cfg.ttl, s.retry())
 	if err != nil {
-		return fmt.Errorf("B: %w", err)
+		return fmt.Errorf("worker B: %w", err)
 	}
 	o.fenceB = lock.Fence()
 	s.logf("B obtained the lock once A's lease lapsed: fence %d", lock.Fence())
