@@ -911,7 +911,7 @@ func (a *advRun) finish(r *row, healAt time.Time, windDown time.Duration, heap u
 	}
 	if unsticks > 0 {
 		r.set("toxiproxy_unsticks", unsticks)
-		r.note("toxiproxy wedged %d times changing a toxic; the proxy's connections were cut to free it", unsticks)
+		r.note("toxiproxy left %d proxy calls (Refuse, Accept) unfinished past %v; the harness stopped waiting for them", unsticks, wedged)
 	}
 	for _, ex := range f.Examples {
 		r.note("%s", ex)

@@ -2,7 +2,11 @@ package chaos
 
 import (
 	"bufio"
+	"math/rand/v2"
 	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -200,4 +204,123 @@ func TestNetWindows(t *testing.T) {
 	if _, err := roundTrip(p.Addr(), time.Second); err != nil {
 		t.Errorf("after the reset window: %v", err)
 	}
+}
+
+// TestToxicChangesUnderTrafficAlwaysReturn opens and closes many fault
+// windows at once on one proxy, in both directions, while clients send,
+// read, hang up mid-reply and get cut: every change (Delay, Stall, Reset,
+// their Remove, Drop, Heal) must return within a bound, and the proxy must
+// carry traffic afterwards. A change that never returns hangs the suite
+// (the adversary's scheduler waits for its windows).
+func TestToxicChangesUnderTrafficAlwaysReturn(t *testing.T) {
+	// Delays and Drop alone; then every kind of change.
+	t.Run("delays", func(t *testing.T) { toxicChangesUnderTraffic(t, 2) })
+	t.Run("all", func(t *testing.T) { toxicChangesUnderTraffic(t, 9) })
+}
+
+// toxicChangesUnderTraffic runs TestToxicChangesUnderTrafficAlwaysReturn
+// with the first kinds of change in {Delay, Drop, Delay, Delay, Stall, Stall,
+// Reset, Heal, Delay}.
+func toxicChangesUnderTraffic(t *testing.T, kinds int) {
+	n := NewNet()
+	p, err := n.Proxy("m0", echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		run   = 1500 * time.Millisecond
+		bound = 20 * time.Second // a change that takes this long is wedged
+	)
+	stop := make(chan struct{})
+	var traffic sync.WaitGroup
+	for i := range 8 {
+		traffic.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			line := []byte(strings.Repeat("x", 4000) + "\n")
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.DialTimeout("tcp", p.Addr(), 200*time.Millisecond)
+				if err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				c.SetDeadline(time.Now().Add(time.Duration(rng.IntN(60)) * time.Millisecond))
+				r := bufio.NewReader(c)
+				for range 1 + rng.IntN(8) {
+					if _, err := c.Write(line); err != nil {
+						break
+					}
+					if rng.IntN(2) == 0 {
+						if _, err := r.ReadString('\n'); err != nil {
+							break
+						}
+					}
+				}
+				if rng.IntN(3) == 0 {
+					c.(*net.TCPConn).SetLinger(0) // hang up with a reset
+				}
+				c.Close()
+			}
+		})
+	}
+
+	var changes sync.WaitGroup
+	var done atomic.Int64
+	for i := range 6 {
+		changes.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 2))
+			dirs := []Direction{Up, Down}
+			for t0 := time.Now(); time.Since(t0) < run; {
+				var x *Toxic
+				var err error
+				switch rng.IntN(kinds) {
+				case 0, 2, 3, 8:
+					x, err = p.Delay(dirs[rng.IntN(2)], time.Duration(1+rng.IntN(80))*time.Millisecond, time.Duration(rng.IntN(20))*time.Millisecond)
+				case 1:
+					if rng.IntN(2) == 0 {
+						p.Drop()
+					}
+				case 4, 5:
+					x, err = p.Stall(dirs[rng.IntN(2)])
+				case 6:
+					x, err = p.Reset(Up, time.Duration(rng.IntN(20))*time.Millisecond)
+				case 7:
+					if rng.IntN(4) == 0 {
+						p.Heal()
+					}
+				}
+				time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
+				if err == nil && x != nil {
+					x.Remove()
+				}
+				done.Add(1)
+			}
+		})
+	}
+	finished := make(chan struct{})
+	go func() {
+		changes.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(run + bound):
+		close(stop)
+		// The wedged change holds toxiproxy's lock: closing the proxy would
+		// hang too, so leave it.
+		t.Fatalf("toxic changes still running %v after their last start (%d done): toxiproxy wedged, and the harness did not free it",
+			bound, done.Load())
+	}
+	close(stop)
+	traffic.Wait()
+	defer n.Close()
+	p.Heal()
+	if _, err := roundTrip(p.Addr(), 2*time.Second); err != nil {
+		t.Errorf("after %d toxic changes and Heal, a round trip failed: %v", done.Load(), err)
+	}
+	t.Logf("%d toxic changes, %d unsticks", done.Load(), p.Unsticks())
 }
