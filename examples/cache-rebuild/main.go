@@ -35,6 +35,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/examples/internal/servers"
 )
@@ -49,15 +51,20 @@ type config struct {
 	ttl     time.Duration // lock TTL: must outlast the rebuild
 }
 
+// defaults is the configuration without flags.
+func defaults() config {
+	return config{workers: 50, entries: 4, work: 200 * time.Millisecond, ttl: 2 * time.Second}
+}
+
 func main() {
-	var cfg config
+	cfg := defaults()
 	var masters string
 	flag.StringVar(&masters, "masters", "", "comma-separated `addresses` of real Redis masters (one address: single-instance lock)\n(default: 5 in-process miniredis servers)")
-	flag.IntVar(&cfg.workers, "workers", 50, "concurrent workers, standing for replicas")
-	flag.IntVar(&cfg.entries, "entries", 4, "stale cache entries every worker asks for")
-	flag.DurationVar(&cfg.work, "work", 200*time.Millisecond, "how long one rebuild takes")
-	flag.DurationVar(&cfg.wait, "wait", 0, "how long a worker without the lock waits for the fresh value (0: serve the stale value at once)")
-	flag.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "lock TTL; keep it well above -work")
+	flag.IntVar(&cfg.workers, "workers", cfg.workers, "concurrent workers, standing for replicas")
+	flag.IntVar(&cfg.entries, "entries", cfg.entries, "stale cache entries every worker asks for")
+	flag.DurationVar(&cfg.work, "work", cfg.work, "how long one rebuild takes")
+	flag.DurationVar(&cfg.wait, "wait", cfg.wait, "how long a worker without the lock waits for the fresh value (0: serve the stale value at once)")
+	flag.DurationVar(&cfg.ttl, "ttl", cfg.ttl, "lock TTL; keep it well above -work")
 	flag.Parse()
 	if masters != "" {
 		cfg.masters = strings.Split(masters, ",")
@@ -86,22 +93,40 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 
-	// One Client takes every lock, over all the masters. The prefix keeps
-	// lock keys apart from anything else in those Redis servers: the lock for
-	// entry "product:1" is the key "cache-rebuild:rebuild:product:1".
-	prefix := redlock.WithKeyPrefix("cache-rebuild:")
-	var locks *redlock.Client
-	if len(masters) == 1 {
-		locks, err = redlock.NewSingle(masters[0], prefix)
-	} else {
-		locks, err = redlock.New(masters, prefix) // quorum: len(masters)/2 + 1
+	// The lock client takes and releases every lock, over all the masters.
+	// The prefix keeps lock keys apart from anything else in those Redis
+	// servers: the lock for entry "product:1" is the key
+	// "cache-rebuild:rebuild:product:1".
+	opts := []redlock.Option{redlock.WithKeyPrefix("cache-rebuild:")}
+	if len(cfg.masters) == 0 {
+		opts = append(opts, redlock.WithNodeTimeout(inProcessNodeTimeout(cfg.ttl)))
 	}
+	locks, err := newClient(masters, opts...)
 	if err != nil {
 		return err
 	}
 	defer locks.Close() // waits for the client's goroutines; leaves our redis clients open
 
-	d := &demo{cfg: cfg, locks: locks, out: out, cache: cache{entries: map[string]entry{}}, stats: map[string]*stats{}}
+	// The workers stand for replicas, and a replica's Release does not
+	// queue behind the other replicas' requests: they have Clients of their
+	// own. So the waiting workers look at the masters through a Client of
+	// their own: one Client's requests to a master go out one batch at a
+	// time, and a winner's Release sent on the waiters' Client would wait
+	// behind a batch of their looks, one per waiting worker (a script each:
+	// microseconds on Redis, about half a millisecond on an in-process
+	// miniredis, more on a busy machine), past its node timeout
+	// (TestRunIsCleanOnABusyMachine). A look may take as long as a worker
+	// is willing to wait: the waiters' node timeout is -wait.
+	waits := locks
+	if cfg.wait > 0 {
+		waits, err = newClient(masters, opts[0], redlock.WithNodeTimeout(max(cfg.wait, inProcessNodeTimeout(cfg.ttl))))
+		if err != nil {
+			return err
+		}
+		defer waits.Close()
+	}
+
+	d := &demo{cfg: cfg, locks: locks, waits: waits, out: out, cache: cache{entries: map[string]entry{}}, stats: map[string]*stats{}}
 	var keys []string
 	for i := range cfg.entries {
 		key := fmt.Sprintf("product:%d", i+1)
@@ -110,12 +135,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		d.stats[key] = &stats{}
 	}
 
-	fmt.Fprintf(out, "%s; %d workers each ask for %d stale entries at once; a rebuild takes %v; lock TTL %v; ",
+	fmt.Fprintf(out, "%s.\n%d workers each ask for %d stale entries at once; a rebuild takes %v; lock TTL %v;\n",
 		where, cfg.workers, cfg.entries, cfg.work, cfg.ttl)
 	if cfg.wait > 0 {
-		fmt.Fprintf(out, "workers without the lock wait up to %v\n\n", cfg.wait)
+		fmt.Fprintf(out, "a worker without the lock waits up to %v for the fresh value.\n\n", cfg.wait)
 	} else {
-		fmt.Fprintf(out, "workers without the lock serve the stale value\n\n")
+		fmt.Fprintf(out, "a worker without the lock serves the stale value at once.\n\n")
 	}
 
 	// Start every request together: the thundering herd a lock is for.
@@ -147,10 +172,29 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return d.report(keys, time.Since(began))
 }
 
+// inProcessNodeTimeout is the lock client's node timeout for in-process
+// masters: half the TTL. The library's default, a tenth of the TTL, suits
+// a Redis across a network; in-process masters share the demo's CPUs, and
+// on a busy machine a request waits that long for a CPU to run on
+// (TestRunIsCleanOnABusyMachine). Half the TTL still leaves the lock valid
+// once obtained, and a master that never answers still costs at most that
+// much.
+func inProcessNodeTimeout(ttl time.Duration) time.Duration { return ttl / 2 }
+
+// newClient returns a lock client over masters: a single-instance lock
+// over one, a quorum lock (len(masters)/2 + 1) over more.
+func newClient(masters []redis.UniversalClient, opts ...redlock.Option) (*redlock.Client, error) {
+	if len(masters) == 1 {
+		return redlock.NewSingle(masters[0], opts...)
+	}
+	return redlock.New(masters, opts...)
+}
+
 // demo is the shared state of one run.
 type demo struct {
 	cfg   config
-	locks *redlock.Client
+	locks *redlock.Client // Obtain and Release
+	waits *redlock.Client // WaitReleased
 	cache cache
 	stats map[string]*stats // one per entry; the map is read-only once workers start
 
@@ -231,7 +275,7 @@ func (d *demo) serve(ctx context.Context, worker int, key string) error {
 func (d *demo) awaitFresh(ctx context.Context, key string) {
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.wait)
 	defer cancel()
-	if err := d.locks.WaitReleased(wctx, "rebuild:"+key); err != nil && wctx.Err() == nil {
+	if err := d.waits.WaitReleased(wctx, "rebuild:"+key); err != nil && wctx.Err() == nil {
 		d.printf("%s: waiting for the rebuild: %v\n", key, err)
 	}
 }
@@ -240,8 +284,9 @@ func (d *demo) awaitFresh(ctx context.Context, key string) {
 // workers need not sit out the TTL.
 func (d *demo) release(ctx context.Context, worker int, lock *redlock.Lock) {
 	// Release even when ctx was cancelled (Ctrl-C): a lock left behind holds
-	// everyone else off until its TTL runs out.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	// everyone else off until its TTL runs out. Past the TTL there is nothing
+	// left to release, so the TTL bounds the wait.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ttl)
 	defer cancel()
 	err := lock.Release(rctx)
 	switch {
@@ -274,10 +319,33 @@ func (d *demo) report(keys []string, took time.Duration) error {
 	fmt.Fprintf(d.out, "\n%d requests in %v. ", d.cfg.workers*len(keys), took.Round(time.Millisecond))
 	if len(bad) > 0 {
 		fmt.Fprintf(d.out, "NOT every entry was rebuilt exactly once:\n  %s\n", strings.Join(bad, "\n  "))
+		d.legend()
 		return errors.New("not every entry was rebuilt exactly once")
 	}
 	fmt.Fprintf(d.out, "Every entry was rebuilt exactly once.\n")
+	d.legend()
 	return nil
+}
+
+// legend says what the columns count and where to go next. Every request
+// ends in exactly one of rebuilt, discarded, served stale and served fresh.
+func (d *demo) legend() {
+	fmt.Fprint(d.out, `
+tried lock    found the entry stale and tried its lock, once
+rebuilt       won the lock, rebuilt the entry and wrote the new value
+discarded     won the lock, but it lapsed during the rebuild: value not written
+served stale  lost the race and served the old value
+served fresh  found the new value (at first, under the lock, or after waiting)
+waited        lost the race and waited (-wait) for the winner's release
+`)
+	fmt.Fprintln(d.out)
+	if d.cfg.wait == 0 {
+		fmt.Fprintln(d.out, "Try -wait 1s: losers wait for the fresh value (woken by the release, no polling).")
+	}
+	if len(d.cfg.masters) == 0 {
+		fmt.Fprintln(d.out, "Try -masters host:port,...: real Redis masters (one address: a single-instance lock).")
+	}
+	fmt.Fprintln(d.out, "Read next: README.md, \"Quick start\", then \"Waiting for a lock, and for a release, without polling\".")
 }
 
 func (d *demo) printf(format string, args ...any) {

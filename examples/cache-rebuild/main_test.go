@@ -1,13 +1,17 @@
 package main
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"go.uber.org/goleak"
+
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 // TestMain fails the tests if run leaves a goroutine behind: the lock
@@ -114,4 +118,92 @@ func parseTable(t *testing.T, out string) map[string]row {
 		rows[f[0]] = row{n[0], n[1], n[2], n[3], n[4], n[5]}
 	}
 	return rows
+}
+
+// TestRunIsCleanOnABusyMachine runs the documented modes with the default
+// flags while spinning goroutines keep every CPU busy: every entry must be
+// rebuilt once, and no worker may print an error (a Release or a wait that
+// timed out on the in-process masters, a lapsed lock).
+func TestRunIsCleanOnABusyMachine(t *testing.T) {
+	redis := func(n int) func(t *testing.T) []string { // real servers, as -masters names them
+		return func(t *testing.T) []string {
+			var addrs []string
+			for _, s := range redistest.Start(t, n) {
+				addrs = append(addrs, s.Addr())
+			}
+			return addrs
+		}
+	}
+	tests := []struct {
+		name    string
+		wait    time.Duration
+		masters func(t *testing.T) []string
+	}{
+		{name: "in-process masters, serve stale", wait: 0},
+		{name: "in-process masters, wait 1s", wait: time.Second},
+		{name: "3 Redis masters, wait 1s", wait: time.Second, masters: redis(3)},
+		{name: "1 Redis master, wait 1s", wait: time.Second, masters: redis(1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := defaults()
+			cfg.wait = tt.wait
+			if tt.masters != nil {
+				cfg.masters = tt.masters(t)
+			}
+			stop := spin(runtime.GOMAXPROCS(0))
+			var out strings.Builder
+			err := run(t.Context(), cfg, &out)
+			stop()
+			if err != nil {
+				msg, _, _ := strings.Cut(err.Error(), "\n")
+				t.Fatalf("run: %.300s", msg)
+			}
+			if lines := workerLines(out.String()); len(lines) > 0 {
+				t.Errorf("workers printed %d lines, want none; the first: %s", len(lines), lines[0])
+			}
+		})
+	}
+}
+
+// spin keeps n goroutines busy until the returned func is called; it
+// returns once they have all stopped. They yield often, as other processes
+// on a busy machine share its CPUs: every goroutine of the program still
+// runs soon, on a smaller share of the CPUs.
+func spin(n int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for x := 1; ; x++ {
+				if x%4096 == 0 {
+					select {
+					case <-done:
+						return
+					default:
+						runtime.Gosched()
+					}
+				}
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
+}
+
+// workerLines returns what the workers printed: the lines between the
+// introduction's blank line and the table.
+func workerLines(out string) []string {
+	var lines []string
+	intro := true
+	for line := range strings.Lines(out) {
+		switch {
+		case intro:
+			intro = strings.TrimSpace(line) != ""
+		case strings.HasPrefix(line, "entry"):
+			return lines
+		default:
+			lines = append(lines, strings.TrimSpace(line))
+		}
+	}
+	return lines
 }
