@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 // span recorder.
 type telemetry struct {
 	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
 	spans  *tracetest.SpanRecorder
 	tp     *sdktrace.TracerProvider
 	obs    *redlockotel.Observer
@@ -64,7 +65,7 @@ func newTelemetry(t *testing.T, opts ...redlockotel.Option) *telemetry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &telemetry{reader: reader, spans: sr, tp: tp, obs: obs}
+	return &telemetry{reader: reader, mp: mp, spans: sr, tp: tp, obs: obs}
 }
 
 // caller starts the span of the test's own work, the parent of the lock's.
@@ -125,6 +126,27 @@ func (m metrics) sum(t *testing.T, name string, attrs ...attribute.KeyValue) int
 	return 0
 }
 
+// gauge returns the value of the int64 gauge name for exactly the
+// attributes attrs, and whether such a point was recorded.
+func (m metrics) gauge(t *testing.T, name string, attrs ...attribute.KeyValue) (int64, bool) {
+	t.Helper()
+	x, ok := m[name]
+	if !ok {
+		return 0, false
+	}
+	g, ok := x.Data.(metricdata.Gauge[int64])
+	if !ok {
+		t.Fatalf("%s is a %T, want a Gauge[int64]", name, x.Data)
+	}
+	want := attribute.NewSet(attrs...)
+	for _, dp := range g.DataPoints {
+		if dp.Attributes.Equals(&want) {
+			return dp.Value, true
+		}
+	}
+	return 0, false
+}
+
 // hist returns the histogram point of name for exactly the attributes
 // attrs; Count is 0 when none was recorded.
 func (m metrics) hist(t *testing.T, name string, attrs ...attribute.KeyValue) metricdata.HistogramDataPoint[float64] {
@@ -158,6 +180,10 @@ func (m metrics) points(name string) []attribute.Set {
 		for _, dp := range d.DataPoints {
 			sets = append(sets, dp.Attributes)
 		}
+	case metricdata.Gauge[int64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
 	}
 	return sets
 }
@@ -167,6 +193,12 @@ func outcome(o redlock.Outcome) attribute.KeyValue { return redlockotel.KeyOutco
 func renewal(r bool) attribute.KeyValue            { return redlockotel.KeyRenewal.Bool(r) }
 func master(addr string) attribute.KeyValue        { return redlockotel.KeyMaster.String(addr) }
 func state(s string) attribute.KeyValue            { return redlockotel.KeyMasterState.String(s) }
+
+// server returns the attributes that name the master s: server.address
+// and server.port.
+func server(s *redistest.Server) []attribute.KeyValue {
+	return []attribute.KeyValue{redlockotel.KeyServerAddress.String("127.0.0.1"), redlockotel.KeyServerPort.Int(s.Port())}
+}
 
 // named returns the ended spans named name, in the order they ended.
 func (tel *telemetry) named(name string) []sdktrace.ReadOnlySpan {

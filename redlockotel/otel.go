@@ -7,40 +7,49 @@
 //
 // # Metrics
 //
-// Durations are in seconds ("s"), with explicit bucket boundaries suited to
-// lock waits (half a millisecond to a minute) and holds (5 ms to an hour);
-// a View of the SDK can change them. The attributes are redlock.outcome,
-// how the operation ended (a [redlock.Outcome]: obtained, extended,
-// released, taken, unavailable, lost, cancelled), redlock.renewal (true for
-// a watchdog's renewal, false for a caller's Extend) and redlock.master (a
-// master's address as its go-redis client knows it). No metric carries the
-// lock's key unless [WithKeyAttribute] asks for it: keys are unbounded (one
-// per user, per file), series must not be.
+// Durations are in seconds ("s"), with explicit bucket boundaries (a View
+// of the SDK can change them) in three sets: latencies and waits (0.5 ms to
+// a minute), holds (5 ms to an hour), and validity (1 ms to 5 minutes: the
+// validity left of a lock, and the time since its last good renewal). The
+// attributes are redlock.outcome, how the operation ended (a
+// [redlock.Outcome]: obtained, extended, released, taken, unavailable,
+// lost, cancelled), redlock.renewal (true for a watchdog's renewal, false
+// for a caller's Extend), redlock.lost.reason (a [redlock.LostReason]:
+// refused, ran_out, max_hold), and for a master server.address and
+// server.port (its address as its go-redis client knows it, split as
+// OpenTelemetry's conventions do). No metric carries the lock's key unless
+// [WithKeyAttribute] asks for it: keys are unbounded (one per user, per
+// file), series must not be.
 //
-//   - redlock.obtain.duration (histogram, s; redlock.outcome): an Obtain's
-//     wait, from the call until it returned, every attempt included;
+//   - redlock.obtain.duration (histogram, s, latencies; redlock.outcome):
+//     an Obtain's wait, from the call until it returned, every attempt
+//     included;
 //   - redlock.obtains (counter, {obtain}; redlock.outcome): Obtains, also Do's;
 //   - redlock.obtain.attempts (counter, {attempt}; redlock.outcome): the
 //     attempts they made; more attempts than obtains means contention;
-//   - redlock.extend.duration (histogram, s; redlock.outcome,
+//   - redlock.extend.duration (histogram, s, latencies; redlock.outcome,
 //     redlock.renewal): an Extend's or a renewal's latency;
-//   - redlock.extend.validity_left (histogram, s; redlock.outcome,
-//     redlock.renewal): the validity left when it started;
+//   - redlock.extend.validity_left (histogram, s, validity;
+//     redlock.outcome, redlock.renewal): the validity left when it started;
 //   - redlock.extends (counter, {extend}; redlock.outcome, redlock.renewal);
-//   - redlock.hold.duration (histogram, s; redlock.outcome): how long a
-//     lock was held, from its Obtain until its Release;
+//   - redlock.hold.duration (histogram, s, holds; redlock.outcome): how long
+//     a lock was held, from its Obtain until its Release;
 //   - redlock.releases (counter, {release}; redlock.outcome);
-//   - redlock.lost_locks (counter, {lock}): locks a watchdog declared lost
-//     while their work ran;
-//   - redlock.lost.since_renewal (histogram, s): how long after the last
-//     good renewal (or the Obtain) a lock was declared lost;
-//   - redlock.master.transitions (counter, {transition}; redlock.master,
-//     redlock.master.state: up or down): a master stopped answering, or
-//     answers again;
-//   - redlock.master.down (up-down counter, {master}; redlock.master): 1
-//     while the master does not answer, 0 once it answers again. A master
-//     has no series until it first stops answering; the count is per
-//     Client, so two Clients that both find a master down count 2.
+//   - redlock.lost.locks (counter, {lock}; redlock.lost.reason): locks a
+//     watchdog declared lost while their work ran;
+//   - redlock.lost.since_renewal (histogram, s, validity;
+//     redlock.lost.reason): how long after the last good renewal (or the
+//     Obtain) a lock was declared lost;
+//   - redlock.master.transitions (counter, {transition}; server.address,
+//     server.port, redlock.master.state: up or down): a master stopped
+//     answering, or answers again;
+//   - redlock.master.up (gauge, {master}; server.address, server.port): 0
+//     once a master stopped answering, 1 once it answers again, as the last
+//     Client that saw it change reported. A master has no series until it
+//     first stops answering.
+//   - redlock.master.down (up-down counter, {master}; redlock.master):
+//     deprecated, use redlock.master.up: 1 while the master does not
+//     answer, per Client (two Clients that both find it down count 2).
 //
 // The counters count the same calls as the histograms beside them (a
 // Prometheus user gets both, as _total and _count), for dashboards that
@@ -52,18 +61,19 @@
 // caller's context. Each span is made then, as a child of the span in that
 // context, with a start time of now minus the operation's duration, so that
 // it covers the operation: redlock.obtain (the wait), redlock.extend (a
-// caller's Extend), redlock.renewal (a watchdog's) and redlock.lost (from
-// the last good renewal, or the Obtain, until the work was told). A
-// redlock.release marks the moment a Release returned (the event has no
-// duration). A Do makes a redlock.obtain, its renewals, a redlock.lost if
-// the lock was lost while fn ran, and a redlock.release, all children of
-// the span in Do's context. Every span has redlock.key and redlock.outcome,
-// and the answers of the masters when the event has them (an Obtain's
-// always, an Extend's or a Release's when it failed): redlock.masters
-// (addresses), redlock.masters.answers (in the same order: "ok", or what
-// went wrong) and redlock.masters.agreed. A span of an operation that did
-// not succeed has status Error, the error as its description, and
-// error.type set to its outcome.
+// caller's Extend), redlock.renewal (a watchdog's), redlock.release (the
+// Release, from the call until it returned) and redlock.lost (from the last
+// good renewal, or the Obtain, until the work was told). A Do makes a
+// redlock.obtain, its renewals, a redlock.lost if the lock was lost while
+// fn ran, and a redlock.release, all children of the span in Do's context.
+// Every span has redlock.key and redlock.outcome; the spans of Obtain,
+// Extend, renewal and Release have the answers of the masters, whatever
+// the outcome: redlock.masters (addresses), redlock.masters.answers (in
+// the same order: "ok", or what went wrong) and redlock.masters.agreed. A
+// span of an operation that did not succeed has status Error, the error as
+// its description, and error.type set to its outcome. With a noop
+// TracerProvider (go.opentelemetry.io/otel/trace/noop) the Observer makes
+// no span at all.
 //
 // # go-redis hooks
 //
@@ -83,7 +93,11 @@ package redlockotel
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -91,6 +105,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redlock-go/redlock"
 )
@@ -102,9 +117,20 @@ const ScopeName = "github.com/redlock-go/redlock/redlockotel"
 const (
 	KeyOutcome     = attribute.Key("redlock.outcome")
 	KeyRenewal     = attribute.Key("redlock.renewal")
-	KeyMaster      = attribute.Key("redlock.master")
 	KeyMasterState = attribute.Key("redlock.master.state")
 	KeyLockKey     = attribute.Key("redlock.key")
+	KeyLostReason  = attribute.Key("redlock.lost.reason") // refused, ran_out or max_hold
+
+	// A master, as OpenTelemetry's conventions name a server: the host
+	// and the port of its address.
+	KeyServerAddress = attribute.Key("server.address")
+	KeyServerPort    = attribute.Key("server.port")
+
+	// KeyMaster is a master's whole address, on redlock.master.down only.
+	//
+	// Deprecated: the other metrics name a master by KeyServerAddress and
+	// KeyServerPort.
+	KeyMaster = attribute.Key("redlock.master")
 
 	// Span attributes only.
 	KeyAttempts      = attribute.Key("redlock.attempts")
@@ -116,7 +142,6 @@ const (
 	KeyValidityEnd   = attribute.Key("redlock.validity.after")  // seconds of validity when it returned
 	KeyHeld          = attribute.Key("redlock.held")            // seconds since the Obtain
 	KeySinceRenewal  = attribute.Key("redlock.since_renewal")   // seconds since the last good renewal
-	KeyLostReason    = attribute.Key("redlock.lost.reason")     // refused, ran_out or max_hold
 	KeyErrorType     = attribute.Key("error.type")
 )
 
@@ -129,8 +154,8 @@ var (
 	// holdBuckets suit how long locks are held: a cache rebuild, a job,
 	// a leader for an hour.
 	holdBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600}
-	// validityBuckets suit the validity left of a lock (a TTL of ms to
-	// minutes).
+	// validityBuckets suit the validity left of a lock, and the time since
+	// its last good renewal (a TTL of ms to minutes).
 	validityBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 )
 
@@ -151,7 +176,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithTracerProvider records the spans with tp instead of the global
 // TracerProvider (otel.GetTracerProvider). A noop provider
-// (go.opentelemetry.io/otel/trace/noop) turns spans off.
+// (go.opentelemetry.io/otel/trace/noop) turns spans off, and the Observer
+// then makes none.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tp = tp }
 }
@@ -166,8 +192,23 @@ func WithKeyAttribute() Option {
 
 // An Observer records the events of redlock Clients as metrics and spans.
 // It is safe for concurrent use, and may serve several Clients.
+//
+// With metrics alone (a noop TracerProvider) it starts no span, and
+// recording an event allocates nothing.
 type Observer struct {
-	tracer  trace.Tracer
+	// Rules of cost, measured by BenchmarkObserve and
+	// BenchmarkObservedLocks:
+	//   - The attribute sets of every known outcome, renewal and lost
+	//     reason are made once, by NewObserver, and a master's on its first
+	//     event; with a noop TracerProvider no span is started: recording
+	//     an event allocates nothing
+	//     (TestMetricsAloneAllocateNothingPerEvent).
+	//   - A span gets its attributes in one call. The masters' addresses,
+	//     and answers that are all "ok", are attributes made once for the
+	//     last set of masters seen, used only for events with those very
+	//     masters (TestSpansCoverTheirEventAndCarryTheMastersAnswers).
+
+	tracer  trace.Tracer // nil: spans off
 	withKey bool
 
 	obtainDur      metric.Float64Histogram
@@ -181,9 +222,13 @@ type Observer struct {
 	lost           metric.Int64Counter
 	lostSince      metric.Float64Histogram
 	masterTransits metric.Int64Counter
-	masterDown     metric.Int64UpDownCounter
+	masterUp       metric.Int64Gauge
+	masterDown     metric.Int64UpDownCounter // deprecated
 
-	sets map[setKey]measure // the attributes without a key; read-only
+	sets    [len(outcomes)][3]measure // by outcome index and renewalAttr, without a key; read-only
+	reasons [len(reasons)]measure     // by lost reason, without a key; read-only
+	masters sync.Map                  // address -> *masterSets
+	spanned atomic.Pointer[mastersAttrs]
 }
 
 var _ redlock.Observer = (*Observer)(nil)
@@ -203,20 +248,25 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		cfg.tp = otel.GetTracerProvider()
 	}
 	m := cfg.mp.Meter(ScopeName)
-	o := &Observer{tracer: cfg.tp.Tracer(ScopeName), withKey: cfg.withKey, sets: makeSets()}
+	o := &Observer{withKey: cfg.withKey}
+	if _, off := cfg.tp.(noop.TracerProvider); !off {
+		o.tracer = cfg.tp.Tracer(ScopeName)
+	}
+	o.makeSets()
 	var err error
-	hist := func(name, desc string, buckets []float64) metric.Float64Histogram {
-		h, e := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+	note := func(name string, e error) {
 		if e != nil && err == nil {
 			err = fmt.Errorf("redlockotel: %s: %w", name, e)
 		}
+	}
+	hist := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, e := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		note(name, e)
 		return h
 	}
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, e := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		if e != nil && err == nil {
-			err = fmt.Errorf("redlockotel: %s: %w", name, e)
-		}
+		note(name, e)
 		return c
 	}
 	o.obtainDur = hist("redlock.obtain.duration", "How long an Obtain waited, from the call until it returned, every attempt included.", latencyBuckets)
@@ -227,15 +277,17 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.extends = counter("redlock.extends", "{extend}", "Extends and renewals, by outcome.")
 	o.holdDur = hist("redlock.hold.duration", "How long a lock was held, from its Obtain to its Release.", holdBuckets)
 	o.releases = counter("redlock.releases", "{release}", "Releases, by outcome.")
-	o.lost = counter("redlock.lost_locks", "{lock}", "Locks a watchdog declared lost while work ran.")
+	o.lost = counter("redlock.lost.locks", "{lock}", "Locks a watchdog declared lost while work ran, by reason.")
 	o.lostSince = hist("redlock.lost.since_renewal", "How long after the last good renewal (or the Obtain) a lock was declared lost.", validityBuckets)
 	o.masterTransits = counter("redlock.master.transitions", "{transition}", "Masters that stopped answering (down) or answer again (up).")
-	md, e := m.Int64UpDownCounter("redlock.master.down", metric.WithUnit("{master}"),
-		metric.WithDescription("1 while a master does not answer, 0 once it answers again (per Client)."))
-	if e != nil && err == nil {
-		err = fmt.Errorf("redlockotel: redlock.master.down: %w", e)
-	}
-	o.masterDown = md
+	up, e := m.Int64Gauge("redlock.master.up", metric.WithUnit("{master}"),
+		metric.WithDescription("1 once a master answers again, 0 once it stopped answering."))
+	note("redlock.master.up", e)
+	o.masterUp = up
+	down, e := m.Int64UpDownCounter("redlock.master.down", metric.WithUnit("{master}"),
+		metric.WithDescription("Deprecated: use redlock.master.up. 1 while a master does not answer, 0 once it answers again (per Client)."))
+	note("redlock.master.down", e)
+	o.masterDown = down
 	if err != nil {
 		return nil, err
 	}
@@ -262,18 +314,19 @@ func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
 // its context: an exemplar then links a metric to the span.
 
 func (o *Observer) obtain(ctx context.Context, e *redlock.ObtainEvent) {
-	ctx, span := o.start(ctx, "redlock.obtain", e.Wait, e.Key, e.Outcome)
+	ctx, span := o.start(ctx, "redlock.obtain", e.Wait)
 	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
 	o.obtainDur.Record(ctx, e.Wait.Seconds(), attrs.rec...)
 	o.obtains.Add(ctx, 1, attrs.add...)
 	o.attempts.Add(ctx, int64(e.Attempts), attrs.add...)
-	if span.IsRecording() {
-		span.SetAttributes(KeyAttempts.Int(e.Attempts))
-		if e.Fence != 0 {
-			span.SetAttributes(KeyFence.Int64(e.Fence))
-		}
+	if span == nil {
+		return
 	}
-	end(span, e.Outcome, redlock.Obtained, e.Masters, e.Err)
+	kv := append(make([]attribute.KeyValue, 0, 2+endAttrs), KeyAttempts.Int(e.Attempts))
+	if e.Fence != 0 {
+		kv = append(kv, KeyFence.Int64(e.Fence))
+	}
+	o.end(span, e.Key, e.Outcome, redlock.Obtained, e.Masters, e.Err, kv)
 }
 
 func (o *Observer) extend(ctx context.Context, e *redlock.ExtendEvent) {
@@ -281,96 +334,188 @@ func (o *Observer) extend(ctx context.Context, e *redlock.ExtendEvent) {
 	if e.Renewal {
 		r, name = renewalTrue, "redlock.renewal"
 	}
-	ctx, span := o.start(ctx, name, e.Latency, e.Key, e.Outcome)
+	ctx, span := o.start(ctx, name, e.Latency)
 	attrs := o.attrs(e.Key, e.Outcome, r)
 	o.extendDur.Record(ctx, e.Latency.Seconds(), attrs.rec...)
 	o.validityLeft.Record(ctx, e.Before.Seconds(), attrs.rec...)
 	o.extends.Add(ctx, 1, attrs.add...)
-	if span.IsRecording() {
-		span.SetAttributes(KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
+	if span == nil {
+		return
 	}
-	end(span, e.Outcome, redlock.Extended, e.Masters, e.Err)
+	kv := append(make([]attribute.KeyValue, 0, 3+endAttrs), KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
+	o.end(span, e.Key, e.Outcome, redlock.Extended, e.Masters, e.Err, kv)
 }
 
 func (o *Observer) release(ctx context.Context, e *redlock.ReleaseEvent) {
-	ctx, span := o.start(ctx, "redlock.release", e.Latency, e.Key, e.Outcome)
+	ctx, span := o.start(ctx, "redlock.release", e.Latency)
 	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
 	o.holdDur.Record(ctx, e.Held.Seconds(), attrs.rec...)
 	o.releases.Add(ctx, 1, attrs.add...)
-	if span.IsRecording() {
-		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()))
+	if span == nil {
+		return
 	}
-	end(span, e.Outcome, redlock.Released, e.Masters, e.Err)
+	kv := append(make([]attribute.KeyValue, 0, 1+endAttrs), KeyHeld.Float64(e.Held.Seconds()))
+	o.end(span, e.Key, e.Outcome, redlock.Released, e.Masters, e.Err, kv)
 }
 
 func (o *Observer) lose(ctx context.Context, e *redlock.LostEvent) {
 	// The span covers the time from the last good renewal (or the
 	// Obtain) until the work was told.
-	ctx, span := o.start(ctx, "redlock.lost", e.SinceRenewal, e.Key, redlock.Lost)
-	kv := []attribute.KeyValue{KeyLostReason.String(string(e.Reason))}
-	if o.withKey {
-		kv = append(kv, KeyLockKey.String(e.Key))
+	ctx, span := o.start(ctx, "redlock.lost", e.SinceRenewal)
+	attrs, ok := measure{}, false
+	if i := reasonIndex(e.Reason); i >= 0 && !o.withKey {
+		attrs, ok = o.reasons[i], true
 	}
-	attrs := measureOf(attribute.NewSet(kv...))
+	if !ok {
+		kv := []attribute.KeyValue{KeyLostReason.String(string(e.Reason))}
+		if o.withKey {
+			kv = append(kv, KeyLockKey.String(e.Key))
+		}
+		attrs = measureOf(attribute.NewSet(kv...))
+	}
 	o.lost.Add(ctx, 1, attrs.add...)
 	o.lostSince.Record(ctx, e.SinceRenewal.Seconds(), attrs.rec...)
-	if span.IsRecording() {
-		span.SetAttributes(KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()), KeyLostReason.String(string(e.Reason)))
+	if span == nil {
+		return
 	}
-	end(span, redlock.Lost, "", nil, e.Cause)
+	kv := append(make([]attribute.KeyValue, 0, 3+endAttrs), KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()), KeyLostReason.String(string(e.Reason)))
+	o.end(span, e.Key, redlock.Lost, "", nil, e.Cause, kv)
 }
 
 func (o *Observer) master(ctx context.Context, e *redlock.MasterEvent) {
-	state, delta := "down", int64(1)
+	ms := o.masterOf(e.Addr)
 	if e.Up {
-		state, delta = "up", -1
+		o.masterTransits.Add(ctx, 1, ms.up.add...)
+		o.masterUp.Record(ctx, 1, ms.server.rec...)
+		o.masterDown.Add(ctx, -1, ms.legacy.add...)
+	} else {
+		o.masterTransits.Add(ctx, 1, ms.down.add...)
+		o.masterUp.Record(ctx, 0, ms.server.rec...)
+		o.masterDown.Add(ctx, 1, ms.legacy.add...)
 	}
-	o.masterTransits.Add(ctx, 1, metric.WithAttributes(KeyMaster.String(e.Addr), KeyMasterState.String(state)))
-	o.masterDown.Add(ctx, delta, metric.WithAttributes(KeyMaster.String(e.Addr)))
+}
+
+// masterSets are the attribute sets of one master's metrics.
+type masterSets struct {
+	up, down measure // server.address, server.port and redlock.master.state
+	server   measure // server.address and server.port
+	legacy   measure // redlock.master
+}
+
+// masterOf returns the attribute sets of the master at addr, made on its
+// first event.
+func (o *Observer) masterOf(addr string) *masterSets {
+	if v, ok := o.masters.Load(addr); ok {
+		return v.(*masterSets)
+	}
+	server := []attribute.KeyValue{KeyServerAddress.String(addr)}
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		server[0] = KeyServerAddress.String(host)
+		if p, err := strconv.Atoi(port); err == nil {
+			server = append(server, KeyServerPort.Int(p))
+		}
+	}
+	with := func(state string) measure {
+		return measureOf(attribute.NewSet(append(server[:len(server):len(server)], KeyMasterState.String(state))...))
+	}
+	ms := &masterSets{up: with("up"), down: with("down"), server: measureOf(attribute.NewSet(server...)),
+		legacy: measureOf(attribute.NewSet(KeyMaster.String(addr)))}
+	v, _ := o.masters.LoadOrStore(addr, ms)
+	return v.(*masterSets)
 }
 
 var internal = trace.WithSpanKind(trace.SpanKindInternal)
 
+// endAttrs is how many attributes end adds at most: the key, the
+// outcome, the masters' three and error.type.
+const endAttrs = 6
+
 // start starts a span named name that began d ago, as a child of the span
-// in ctx.
-func (o *Observer) start(ctx context.Context, name string, d time.Duration, key string, out redlock.Outcome) (context.Context, trace.Span) {
-	ctx, span := o.tracer.Start(ctx, name, trace.WithTimestamp(time.Now().Add(-d)), internal)
-	if span.IsRecording() {
-		span.SetAttributes(KeyLockKey.String(key), KeyOutcome.String(string(out)))
+// in ctx; with spans off it returns ctx and a nil span.
+func (o *Observer) start(ctx context.Context, name string, d time.Duration) (context.Context, trace.Span) {
+	if o.tracer == nil {
+		return ctx, nil
 	}
-	return ctx, span
+	return o.tracer.Start(ctx, name, trace.WithTimestamp(time.Now().Add(-d)), internal)
 }
 
-// end sets the span's masters' answers and status, unless it records
-// nothing, and ends it. ok is the outcome of success.
-func end(span trace.Span, out, ok redlock.Outcome, masters []redlock.NodeError, err error) {
+// end gives the span its key, outcome, the attributes in kv, the masters'
+// answers and its status, unless it records nothing, and ends it. ok is
+// the outcome of success.
+func (o *Observer) end(span trace.Span, key string, out, ok redlock.Outcome, masters []redlock.NodeError, err error, kv []attribute.KeyValue) {
 	defer span.End()
 	if !span.IsRecording() {
 		return
 	}
+	kv = append(kv, KeyLockKey.String(key), KeyOutcome.String(string(out)))
 	if len(masters) > 0 {
-		addrs := make([]string, len(masters))
-		answers := make([]string, len(masters))
-		agreed := 0
-		for i, n := range masters {
-			addrs[i] = n.Addr
-			if n.Err == nil {
-				answers[i] = "ok"
-				agreed++
-			} else {
-				answers[i] = strings.TrimPrefix(n.Err.Error(), "redlock: ")
-			}
-		}
-		span.SetAttributes(KeyMasters.StringSlice(addrs), KeyAnswers.StringSlice(answers), KeyAgreed.Int(agreed))
+		kv = append(kv, o.mastersAttrs(masters)...)
 	}
 	if out != ok {
-		span.SetAttributes(KeyErrorType.String(string(out)))
+		kv = append(kv, KeyErrorType.String(string(out)))
+	}
+	span.SetAttributes(kv...)
+	if out != ok {
 		desc := string(out)
 		if err != nil {
 			desc = err.Error()
 		}
 		span.SetStatus(codes.Error, desc)
 	}
+}
+
+// mastersAttrs are the attributes of one set of masters: their addresses,
+// and their answers when all are "ok", made once.
+type mastersAttrs struct {
+	addrs []string
+	kv    [3]attribute.KeyValue // redlock.masters, and all-ok redlock.masters.answers and redlock.masters.agreed
+}
+
+// mastersAttrs returns the span attributes of the masters' answers. The
+// addresses, and answers that are all "ok", are those of the last set of
+// masters seen when they match it.
+func (o *Observer) mastersAttrs(masters []redlock.NodeError) []attribute.KeyValue {
+	ma := o.spanned.Load()
+	if ma == nil || !sameAddrs(ma.addrs, masters) {
+		addrs := make([]string, len(masters))
+		oks := make([]string, len(masters))
+		for i, n := range masters {
+			addrs[i], oks[i] = n.Addr, "ok"
+		}
+		ma = &mastersAttrs{addrs: addrs, kv: [3]attribute.KeyValue{KeyMasters.StringSlice(addrs),
+			KeyAnswers.StringSlice(oks), KeyAgreed.Int(len(masters))}}
+		o.spanned.Store(ma)
+	}
+	agreed := 0
+	for _, n := range masters {
+		if n.Err == nil {
+			agreed++
+		}
+	}
+	if agreed == len(masters) {
+		return ma.kv[:]
+	}
+	answers := make([]string, len(masters))
+	for i, n := range masters {
+		if n.Err == nil {
+			answers[i] = "ok"
+		} else {
+			answers[i] = strings.TrimPrefix(n.Err.Error(), "redlock: ")
+		}
+	}
+	return []attribute.KeyValue{ma.kv[0], KeyAnswers.StringSlice(answers), KeyAgreed.Int(agreed)}
+}
+
+func sameAddrs(addrs []string, masters []redlock.NodeError) bool {
+	if len(addrs) != len(masters) {
+		return false
+	}
+	for i, n := range masters {
+		if addrs[i] != n.Addr {
+			return false
+		}
+	}
+	return true
 }
 
 type renewalAttr uint8
@@ -380,12 +525,6 @@ const (
 	renewalFalse
 	renewalTrue
 )
-
-// setKey names a set of metric attributes without the lock's key.
-type setKey struct {
-	out redlock.Outcome
-	r   renewalAttr
-}
 
 // A measure is a set of metric attributes, as the options Record and Add
 // take: made once, they cost no allocation per measurement.
@@ -400,26 +539,48 @@ func measureOf(set attribute.Set) measure {
 }
 
 // outcomes are the outcomes whose attribute sets NewObserver makes once.
-var outcomes = []redlock.Outcome{redlock.Obtained, redlock.Extended, redlock.Released, redlock.Taken,
+var outcomes = [...]redlock.Outcome{redlock.Obtained, redlock.Extended, redlock.Released, redlock.Taken,
 	redlock.Unavailable, redlock.Lost, redlock.Cancelled}
 
-// makeSets makes the attribute sets without a key, once.
-func makeSets() map[setKey]measure {
-	sets := make(map[setKey]measure, 3*len(outcomes))
-	for _, out := range outcomes {
-		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
-			sets[setKey{out, r}] = measureOf(makeSet("", false, out, r))
+// reasons are the lost reasons whose attribute sets NewObserver makes once.
+var reasons = [...]redlock.LostReason{redlock.Refused, redlock.RanOut, redlock.MaxHold}
+
+func outcomeIndex(out redlock.Outcome) int {
+	for i, o := range outcomes {
+		if o == out {
+			return i
 		}
 	}
-	return sets
+	return -1
+}
+
+func reasonIndex(r redlock.LostReason) int {
+	for i, x := range reasons {
+		if x == r {
+			return i
+		}
+	}
+	return -1
+}
+
+// makeSets makes the attribute sets without a key, once.
+func (o *Observer) makeSets() {
+	for i, out := range outcomes {
+		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
+			o.sets[i][r] = measureOf(makeSet("", false, out, r))
+		}
+	}
+	for i, r := range reasons {
+		o.reasons[i] = measureOf(attribute.NewSet(KeyLostReason.String(string(r))))
+	}
 }
 
 // attrs returns the metric attributes of an event: its outcome, whether it
 // is a renewal (for r other than renewalNone), and its key if asked for.
 func (o *Observer) attrs(key string, out redlock.Outcome, r renewalAttr) measure {
 	if !o.withKey {
-		if v, ok := o.sets[setKey{out, r}]; ok {
-			return v
+		if i := outcomeIndex(out); i >= 0 {
+			return o.sets[i][r]
 		}
 	}
 	return measureOf(makeSet(key, o.withKey, out, r))

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
@@ -253,18 +254,32 @@ func TestRenewalsFailWhileMastersFreeze(t *testing.T) {
 	if h := m.hist(t, "redlock.extend.validity_left", outcome(redlock.Unavailable), renewal(true)); h.Sum <= 0 {
 		t.Errorf("failed renewals started with %gs of validity in all, want some", h.Sum)
 	}
-	if got := m.sum(t, "redlock.lost_locks", redlockotel.KeyLostReason.String(string(redlock.RanOut))); got != 1 {
-		t.Errorf("redlock.lost_locks{ran_out} = %d, want 1", got)
+	if got := m.sum(t, "redlock.lost.locks", redlockotel.KeyLostReason.String(string(redlock.RanOut))); got != 1 {
+		t.Errorf("redlock.lost.locks{ran_out} = %d, want 1", got)
+	}
+	if _, ok := m["redlock.lost_locks"]; ok {
+		t.Error("redlock.lost_locks is still emitted beside redlock.lost.locks")
 	}
 	if h := m.hist(t, "redlock.lost.since_renewal", redlockotel.KeyLostReason.String(string(redlock.RanOut))); h.Count != 1 || h.Sum <= 0 {
 		t.Errorf("redlock.lost.since_renewal: count %d, sum %g; want 1 positive", h.Count, h.Sum)
 	}
 	for _, s := range frozen {
-		if got := m.sum(t, "redlock.master.down", master(s.Addr())); got != 1 {
-			t.Errorf("redlock.master.down{%s} = %d while frozen, want 1", s.Addr(), got)
+		if got, ok := m.gauge(t, "redlock.master.up", server(s)...); !ok || got != 0 {
+			t.Errorf("redlock.master.up{%s} = %d (recorded: %v) while frozen, want 0", s.Addr(), got, ok)
 		}
-		if got := m.sum(t, "redlock.master.transitions", master(s.Addr()), state("down")); got < 1 {
+		if got := m.sum(t, "redlock.master.down", master(s.Addr())); got != 1 {
+			t.Errorf("redlock.master.down{%s} (deprecated) = %d while frozen, want 1", s.Addr(), got)
+		}
+		if got := m.sum(t, "redlock.master.transitions", append(server(s), state("down"))...); got < 1 {
 			t.Errorf("redlock.master.transitions{%s,down} = %d, want it counted", s.Addr(), got)
+		}
+	}
+	// A master is named by server.address and server.port alone.
+	for _, name := range []string{"redlock.master.up", "redlock.master.transitions"} {
+		for _, set := range m.points(name) {
+			if set.HasValue(redlockotel.KeyMaster) {
+				t.Errorf("%s carries redlock.master: %v", name, set.Encoded(nil))
+			}
 		}
 	}
 
@@ -281,8 +296,11 @@ func TestRenewalsFailWhileMastersFreeze(t *testing.T) {
 		}
 		m := tel.collect(t)
 		for _, s := range servers {
-			if m.sum(t, "redlock.master.down", master(s.Addr())) != 0 {
+			if up, ok := m.gauge(t, "redlock.master.up", server(s)...); ok && up != 1 {
 				return errors.New("a master's recovery was not recorded")
+			}
+			if m.sum(t, "redlock.master.down", master(s.Addr())) != 0 {
+				return errors.New("a master's recovery was not counted on the deprecated redlock.master.down")
 			}
 		}
 		return nil
@@ -290,8 +308,8 @@ func TestRenewalsFailWhileMastersFreeze(t *testing.T) {
 	caller.End()
 	m = tel.collect(t)
 	for _, s := range servers {
-		down := m.sum(t, "redlock.master.transitions", master(s.Addr()), state("down"))
-		if up := m.sum(t, "redlock.master.transitions", master(s.Addr()), state("up")); up != down {
+		down := m.sum(t, "redlock.master.transitions", append(server(s), state("down"))...)
+		if up := m.sum(t, "redlock.master.transitions", append(server(s), state("up"))...); up != down {
 			t.Errorf("redlock.master.transitions{%s}: %d down, %d up; want as many, the master answering again", s.Addr(), down, up)
 		}
 	}
@@ -361,7 +379,7 @@ func TestDoLosesItsLock(t *testing.T) {
 	}{
 		{"redlock.obtains", kvs(outcome(redlock.Obtained)), 1},
 		{"redlock.extends", kvs(outcome(redlock.Lost), renewal(true)), 1},
-		{"redlock.lost_locks", kvs(redlockotel.KeyLostReason.String(string(redlock.Refused))), 1},
+		{"redlock.lost.locks", kvs(redlockotel.KeyLostReason.String(string(redlock.Refused))), 1},
 		{"redlock.releases", kvs(outcome(redlock.Lost)), 1},
 	} {
 		if got := m.sum(t, c.name, c.attrs...); got != c.want {
@@ -523,5 +541,57 @@ func TestEventsWithoutRedis(t *testing.T) {
 		&redlock.MasterEvent{Addr: "a:1", Up: true},
 	} {
 		global.Observe(context.Background(), e)
+	}
+}
+
+// TestMetricsAloneAllocateNothingPerEvent: with a noop TracerProvider the
+// Observer starts no span, and its measurements use attribute sets made
+// once, so recording an event of any kind allocates nothing (a master's
+// sets are made on its first event).
+func TestMetricsAloneAllocateNothingPerEvent(t *testing.T) {
+	obs, err := redlockotel.NewObserver(redlockotel.WithMeterProvider(newTelemetry(t).mp), redlockotel.WithTracerProvider(noop.NewTracerProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, e := range everyEvent() {
+		obs.Observe(ctx, e) // the masters' sets, and the SDK's series
+		if n := testing.AllocsPerRun(100, func() { obs.Observe(ctx, e) }); n != 0 {
+			t.Errorf("Observe(%T) allocates %v times per event, want 0", e, n)
+		}
+	}
+}
+
+// TestMasterNamedByServerAddressAndPort: a master's metrics name it by
+// server.address and server.port, split from its address (an IPv6 host
+// without brackets), or by server.address alone for an address without a
+// port; redlock.master.up is 0 once it stopped answering, 1 once it
+// answers again.
+func TestMasterNamedByServerAddressAndPort(t *testing.T) {
+	tel := newTelemetry(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		addr  string
+		attrs []attribute.KeyValue
+	}{
+		{"10.0.0.2:6380", kvs(redlockotel.KeyServerAddress.String("10.0.0.2"), redlockotel.KeyServerPort.Int(6380))},
+		{"[::1]:6379", kvs(redlockotel.KeyServerAddress.String("::1"), redlockotel.KeyServerPort.Int(6379))},
+		{"/run/redis.sock", kvs(redlockotel.KeyServerAddress.String("/run/redis.sock"))},
+	} {
+		tel.obs.Observe(ctx, &redlock.MasterEvent{Addr: tc.addr, Err: context.DeadlineExceeded})
+		m := tel.collect(t)
+		if v, ok := m.gauge(t, "redlock.master.up", tc.attrs...); !ok || v != 0 {
+			t.Errorf("%s down: redlock.master.up%v = %d (recorded: %v), want 0", tc.addr, tc.attrs, v, ok)
+		}
+		tel.obs.Observe(ctx, &redlock.MasterEvent{Addr: tc.addr, Up: true})
+		m = tel.collect(t)
+		if v, _ := m.gauge(t, "redlock.master.up", tc.attrs...); v != 1 {
+			t.Errorf("%s up: redlock.master.up%v = %d, want 1", tc.addr, tc.attrs, v)
+		}
+		for _, s := range []string{"down", "up"} {
+			if got := m.sum(t, "redlock.master.transitions", append(tc.attrs, state(s))...); got != 1 {
+				t.Errorf("%s: redlock.master.transitions{%s} = %d, want 1", tc.addr, s, got)
+			}
+		}
 	}
 }
