@@ -47,17 +47,37 @@ type Client struct {
 // a lock is held when a quorum of N/2+1 masters granted it within its
 // validity. Each master is any go-redis client: a standalone server, a
 // Sentinel failover client or a whole Redis Cluster (not a *redis.Ring, whose
-// keys move between shards). The masters must be independent (not replicas
-// of each other) and distinct: two clients of one server and database are
-// refused. New never closes them.
+// keys move between shards). New never closes them.
 //
-// What the library needs from the masters' clients:
+// How many masters may be down: N - (N/2+1). One master tolerates none; 2
+// tolerate none either (the quorum is both: two masters buy no availability
+// over one, only the need for both); 3 and 4 tolerate one; 5 and 6 two; 7
+// three. An odd N is the useful choice, an even one is valid.
+//
+// The masters must be independent: not replicas of each other, and not one
+// server twice. New refuses two clients of one server (the same host and
+// port, the loopback's names counted as one, or the same Unix socket),
+// whatever their databases: databases of one server stop, restart and lose
+// data together, so they would cast one server's vote twice. New cannot see
+// other aliases (two DNS names of one host).
+//
+// What the library needs from the masters' clients, which New checks where
+// it can read them (a *redis.Client, plain or Sentinel failover, and a
+// *redis.ClusterClient); [MasterOptions] and [NewMasters] build clients
+// that have them:
 //   - MaxRetries: -1. go-redis otherwise retries a command that timed out;
 //     a retried acquire can find its own key and report the lock taken.
+//     New refuses a client that retries (MaxRetries 0 means go-redis's
+//     default, 3). A Cluster client's MaxRedirects is left as it is: the
+//     Cluster needs its redirects, and the Client undoes a late refusal
+//     from it as its own acquire's.
 //   - ContextTimeoutEnabled: true, so that a request's deadline also bounds
-//     its socket read. Without it the client's ReadTimeout does: calls still
-//     return at their node timeout, but a frozen master holds its connection
-//     that long, and requests behind it fail at once.
+//     its socket read. Without it the client's ReadTimeout does: a frozen
+//     master would hold the Client's connection to it that long, and
+//     requests behind it would fail at once. New refuses it off. The
+//     library cannot set either itself: go-redis reads both from the
+//     options its connections share with the client, and changing them
+//     would change the application's client.
 //   - Connections: the Client keeps one connection of each standalone
 //     master's pool while it uses it: it gives it back after 15s without
 //     requests (1s without the barrier below), and at once when the pool
@@ -70,7 +90,13 @@ type Client struct {
 //     with ReadTimeout -1 or -2, which would let a frozen master hold the
 //     Client forever.
 //   - Hooks run for every command the Client sends; a hook must not keep a
-//     command after it returns (commands are reused).
+//     command after it returns (commands are reused). New adds one hook of
+//     its own to each standalone master's client, once per client however
+//     many Clients use it (go-redis cannot remove one): it sees the client's
+//     dials fail, so that an error can name the cause (a refused
+//     connection, a TLS handshake). Its command hooks pass through, but a
+//     client with any hook leaves go-redis's hook-free fast path of
+//     autopipelining.
 //   - CLIENT INFO and CLIENT KILL allowed to the client's user (the
 //     defaults): a connection given up with requests in flight is killed
 //     before the next request of its lane goes out, so one lock's requests
@@ -78,19 +104,22 @@ type Client struct {
 //     key until its TTL (a late Extend can neither cut a lock nor revive
 //     one; see [Lock.Extend]).
 //
+// A refusal is an error matching [ErrInvalidArgument] that names the master
+// (its index and address) and the fix.
+//
 // The lock is an efficiency lock: it makes duplicate work rare, not
 // impossible (see the package doc). Use fencing tokens checked by the
 // resource, a constraint or a consensus store when correctness matters.
 func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
-	if err := checkMasters(masters); err != nil {
-		return nil, err
-	}
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o == nil {
 			return nil, invalid("nil option")
 		}
 		o.apply(&cfg)
+	}
+	if err := checkMasters(masters, cfg.anyClient); err != nil {
+		return nil, err
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -113,9 +142,12 @@ func New(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 }
 
 // checkMasters refuses masters New cannot run a lock on: none, too many, a
-// nil one, one whose reads never time out, a Ring, the same client or
-// server twice.
-func checkMasters(masters []redis.UniversalClient) error {
+// nil one, one whose reads never time out, a Ring, a client that retries
+// or whose reads ignore the request's deadline (unless anyClient, a test's
+// setting: export_test.go), the same client or server twice.
+// (TestNewRefusesAClientThatRetries, TestNewRefusesAClientWhoseReadsIgnoreTheDeadline,
+// TestNewRefusesTwoDatabasesOfOneServer, TestNewTakesClientsBuiltByMasterOptions)
+func checkMasters(masters []redis.UniversalClient, anyClient bool) error {
 	if len(masters) == 0 {
 		return invalid("no masters")
 	}
@@ -132,14 +164,51 @@ func checkMasters(masters []redis.UniversalClient) error {
 		if _, ok := m.(*redis.Ring); ok {
 			return invalid("master %d is a *redis.Ring: a Ring moves keys between its shards when one leaves, which would hand a held lock's key to a shard that never saw it; use a Redis Cluster, or each shard as a master of its own", i)
 		}
+		if !anyClient {
+			if err := checkClientOptions(m, i); err != nil {
+				return err
+			}
+		}
 		for j := range i {
 			if masters[j] == m {
 				return invalid("masters %d and %d are the same client", j, i)
 			}
 			if a, b := serverOf(masters[j]), serverOf(m); a != "" && a == b {
-				return invalid("masters %d and %d are clients of the same server (%s): a quorum needs independent masters", j, i, a)
+				return invalid("masters %d and %d are clients of the same server (%s): a quorum needs independent masters, and databases of one server stop, restart and lose data together, so that server would vote twice", j, i, a)
 			}
 		}
+	}
+	return nil
+}
+
+// checkClientOptions refuses master i's client when it retries commands or
+// does not bound its reads by the request's deadline (see New). It reads
+// the options of the clients it knows; another implementation of
+// redis.UniversalClient passes.
+func checkClientOptions(rdb redis.UniversalClient, i int) error {
+	var retries int
+	var ctxTimeout bool
+	fix := "set MaxRetries: -1 and ContextTimeoutEnabled: true, or build it with redlock.MasterOptions / redlock.NewMasters"
+	switch c := rdb.(type) {
+	case *redis.Client:
+		o := c.Options()
+		retries, ctxTimeout = o.MaxRetries, o.ContextTimeoutEnabled
+		if o.Addr == "FailoverClient" {
+			fix = "set MaxRetries: -1 and ContextTimeoutEnabled: true in its redis.FailoverOptions"
+		}
+	case *redis.ClusterClient:
+		o := c.Options()
+		retries, ctxTimeout = o.MaxRetries, o.ContextTimeoutEnabled
+		fix = "set MaxRetries: -1 and ContextTimeoutEnabled: true in its redis.ClusterOptions"
+	default:
+		return nil
+	}
+	name := fmt.Sprintf("master %d (%s)", i, addrOf(rdb, i))
+	if retries > 0 {
+		return invalid("%s: its client retries commands (MaxRetries %d): a retried acquire can find its own key and report the lock taken; %s", name, retries, fix)
+	}
+	if !ctxTimeout {
+		return invalid("%s: its client does not end a read at the request's deadline (ContextTimeoutEnabled false): a master that stops answering would hold the Client's connection to it for the client's ReadTimeout, and the requests behind it would fail at once; %s", name, fix)
 	}
 	return nil
 }
@@ -215,9 +284,10 @@ func boundedReads(rdb redis.UniversalClient) bool {
 	return true
 }
 
-// serverOf names the server behind a standalone client, by address and
-// database, for telling duplicate masters apart; "" when it cannot tell (a
-// Sentinel or Cluster client).
+// serverOf names the server behind a standalone client, by network and
+// address (not database: databases of one server fail together), for
+// telling duplicate masters apart; "" when it cannot tell (a Sentinel or
+// Cluster client).
 func serverOf(rdb redis.UniversalClient) string {
 	c, ok := rdb.(*redis.Client)
 	if !ok {
@@ -235,5 +305,5 @@ func serverOf(rdb redis.UniversalClient) string {
 			addr = net.JoinHostPort("loopback", port)
 		}
 	}
-	return fmt.Sprintf("%s %s db %d", o.Network, addr, o.DB)
+	return o.Network + " " + addr
 }

@@ -217,7 +217,7 @@ func TestConnectionClosedUnderTheLane(t *testing.T) {
 func TestApplicationClosedItsClient(t *testing.T) {
 	srv := redistest.Start(t, 1)[0]
 	rdb := srv.Client()
-	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.WithNodeTimeout(500*time.Millisecond))
+	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.WithNodeTimeout(500*time.Millisecond), redlock.AnyClientOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

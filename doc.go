@@ -27,11 +27,15 @@
 //   - [Client.Attach] to take over a lock held under a token elsewhere;
 //     [Client.Inspect] to see who holds a key.
 //
-// A failed Obtain (or Do) matches [ErrNotObtained] and exactly one of
-// [ErrTaken] (another owner holds it: skip the work) or [ErrUnavailable]
-// (too few masters answered: an outage, not a reason to skip quietly). A
-// lock lost while held matches [ErrLockLost]. Waits end with the context,
-// whose cause the error wraps, and with [Client.Close].
+// A failed Obtain (or Do) matches [ErrNotObtained] and has one of four
+// outcomes: taken ([ErrTaken]: another owner holds it, skip the work),
+// unavailable ([ErrUnavailable]: the masters failed to answer, an outage,
+// not a reason to skip quietly; each master's error names the last cause
+// seen of it, a refused connection, WRONGPASS, ...), ended by the caller
+// (the context ended the call before the masters decided: the error
+// matches its cause, neither ErrTaken nor ErrUnavailable), or closed
+// ([ErrClosed]: [Client.Close] ended it). A lock lost while held matches
+// [ErrLockLost].
 //
 // Locks are not reentrant: a second Obtain of a key by the same process,
 // even the same goroutine, waits or fails like anyone else's. Each Obtain

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,12 +13,25 @@ import (
 // Sentinel errors. Compare with [errors.Is], never with ==: the errors
 // returned by this package wrap them with detail.
 var (
-	// ErrNotObtained means the lock was not obtained after every attempt.
-	// Every such error also matches exactly one of [ErrTaken] (another
-	// owner holds the lock) or [ErrUnavailable] (too few masters answered
-	// to decide), and carries a [*QuorumError] with what each master said,
-	// reachable through [errors.As]. When the wait ended with the context,
-	// it also matches the context's cause.
+	// ErrNotObtained means the lock was not obtained. Every such error
+	// carries a [*QuorumError] with what each master said, reachable
+	// through [errors.As], and has exactly one of four outcomes:
+	//
+	//   - taken: it matches [ErrTaken] (other owners' refusals alone rule
+	//     out a quorum);
+	//   - unavailable: it matches [ErrUnavailable] (the masters failed to
+	//     answer: too few answered within the node timeout to decide);
+	//   - ended by the caller: the caller's context ended the call before
+	//     the masters' answers decided it (a cancel, or a deadline shorter
+	//     than the node timeout); it matches the context's cause and its
+	//     Err (context.Canceled, context.DeadlineExceeded), and neither
+	//     ErrTaken nor ErrUnavailable, and says "ended by the caller";
+	//   - closed: [Client.Close] ended it; it matches [ErrClosed], and
+	//     neither ErrTaken nor ErrUnavailable.
+	//
+	// When the context or Close ends a wait between attempts ([WithRetry],
+	// [WithWait]), the error is the last decided attempt's (taken or
+	// unavailable), and also matches the context's cause or ErrClosed.
 	ErrNotObtained = errors.New("redlock: lock not obtained")
 
 	// ErrLockLost means the lock is no longer ours on a quorum: refusals
@@ -36,15 +50,22 @@ var (
 	ErrTaken = errors.New("redlock: held by another owner")
 
 	// ErrUnavailable is the outcome of an operation that too few masters
-	// answered to decide: they were down, slow, refused the connection, or
-	// the context ended first (then the error matches the context's cause
-	// too). A failed Obtain with mixed answers (some masters held by
-	// another owner, some silent) matches ErrUnavailable unless the "held"
-	// answers alone rule out a quorum: the silent masters might have been
-	// free.
+	// answered to decide: they were down, slow, refused the connection or
+	// the command, within the node timeout; each master's [NodeError]
+	// names the last cause seen of it (a refused dial, WRONGPASS, NOPERM,
+	// LOADING, READONLY, a TLS failure), reachable through [errors.Is] and
+	// [errors.As]. It means the masters failed to answer, and nothing
+	// else: an operation that the caller's context (a cancel, a deadline
+	// shorter than the node timeout) or [Client.Close] ended before the
+	// answers decided it never matches it (see [ErrNotObtained]). A failed
+	// Obtain with mixed answers (some masters held by another owner, some
+	// silent) matches ErrUnavailable unless the "held" answers alone rule
+	// out a quorum: the silent masters might have been free.
 	ErrUnavailable = errors.New("redlock: masters unavailable")
 
-	// ErrClosed is returned by calls on a [Client] after [Client.Close].
+	// ErrClosed is returned by calls on a [Client] after [Client.Close],
+	// and matched by those Close ended (an Obtain's, then also matching
+	// [ErrNotObtained], never [ErrUnavailable]).
 	ErrClosed = errors.New("redlock: client closed")
 
 	// ErrInvalidArgument marks bad input (an empty key, a TTL under 1 ms, a
@@ -101,7 +122,12 @@ func (e *ReplicaError) Error() string {
 
 func (e *ReplicaError) Unwrap() error { return e.Err }
 
-// A NodeError is one master's answer to one request.
+// A NodeError is one master's answer to one request. A master that did
+// not answer in time is named with the last failure seen of it since the
+// request went out, when there was one ("...; last error from the master:
+// dial tcp 10.0.0.7:6379: connect: connection refused"): Err then matches
+// it too ([errors.Is] finds syscall.ECONNREFUSED, [errors.As] a
+// *net.OpError or a redis.Error).
 type NodeError struct {
 	Addr string // the master's address as its client knows it, else "master[i]"
 	Err  error  // nil when this master agreed
@@ -126,19 +152,54 @@ func (e NodeError) String() string {
 // quorum. Through [errors.Is] it matches its kind ([ErrNotObtained] for Op
 // "obtain", [ErrLockLost] when refusals ruled out a quorum), its outcome
 // unless the lock was lost ([ErrTaken] when other owners' refusals alone
-// ruled out a quorum, else [ErrUnavailable]), and every node's failure, so
-// errors.Is(err, context.DeadlineExceeded) finds timeouts. It matches at
-// most one of ErrTaken and ErrUnavailable, and exactly one unless the lock
-// was lost; [Client.WaitReleased]'s, when too few masters answered,
-// matches ErrUnavailable only, whatever the others said. A single
-// master's "held by another owner" answer is in its NodeError, not matched
-// by the QuorumError unless it decided the outcome.
+// ruled out a quorum; else, when the caller's context or [Client.Close]
+// ended the operation before the answers decided it, what ended it (the
+// context's cause and Err, or [ErrClosed]); else [ErrUnavailable]), and
+// every node's failure, so errors.Is(err, context.DeadlineExceeded) finds
+// timeouts. It matches at most one of ErrTaken and ErrUnavailable, and
+// exactly one unless the lock was lost or the caller or Close ended the
+// operation; [Client.WaitReleased]'s, when too few masters answered
+// within the node timeout, matches ErrUnavailable only, whatever the
+// others said. A single master's "held by another owner" answer is in its
+// NodeError, not matched by the QuorumError unless it decided the outcome.
 type QuorumError struct {
-	Op     string // "obtain", "extend" or "release"
+	Op     string // "obtain", "extend", "release" or "wait"
 	Quorum int
 	Nodes  []NodeError
 	kind   error  // ErrNotObtained, ErrLockLost, ErrUnavailable (too few answers decided it), or nil when masters merely failed to answer
 	why    string // what decided it, when the answers alone do not say
+	// ended, when the caller's context (callerEnded) or Close (ErrClosed)
+	// ended the operation before the masters' answers decided it, is what
+	// did: the outcome is then neither ErrTaken nor ErrUnavailable.
+	ended error
+}
+
+// callerEnded is why a caller's context ended a call: its cause, matching
+// its Err too (a cause set with context.WithCancelCause need not).
+type callerEnded struct{ cause, err error }
+
+func (e *callerEnded) Error() string { return e.cause.Error() }
+
+func (e *callerEnded) Unwrap() []error {
+	if e.err == nil || errors.Is(e.cause, e.err) {
+		return []error{e.cause}
+	}
+	return []error{e.cause, e.err}
+}
+
+// endedBy returns why ctx, which has ended, ended a call: matching both
+// its cause and its Err.
+func endedBy(ctx context.Context) error {
+	return &callerEnded{cause: context.Cause(ctx), err: ctx.Err()}
+}
+
+// endedText is how an error names what ended its operation: the caller's
+// context, or Close.
+func endedText(ended error) string {
+	if errors.Is(ended, ErrClosed) {
+		return "client closed"
+	}
+	return "ended by the caller: " + strings.TrimPrefix(ended.Error(), "redlock: ")
 }
 
 // outcome is ErrTaken when more than N - quorum masters answered "held by
@@ -148,6 +209,11 @@ type QuorumError struct {
 // - quorum, yet the silent half might have been free, and an error
 // matches one outcome only. (TestUnavailableQuorumErrorIsNeverTaken,
 // TestEveryOutcomeMatchesOneKind)
+//
+// An operation its caller's context or Close ended before the answers
+// decided it (ended) has no outcome of the masters': not ErrUnavailable,
+// which says the masters failed to answer, and nothing else
+// (TestCancelledObtainIsNotAnOutage, TestClosedObtainIsNotAnOutage).
 func (e *QuorumError) outcome() error {
 	switch e.kind {
 	case ErrLockLost:
@@ -155,14 +221,20 @@ func (e *QuorumError) outcome() error {
 	case ErrUnavailable:
 		return ErrUnavailable
 	}
+	if e.ended != nil && e.Op == "wait" {
+		return nil // WaitReleased's "held" answers refuse nothing of the caller's
+	}
 	taken := 0
 	for _, n := range e.Nodes {
 		if n.Err == ErrTaken {
 			taken++
 		}
 	}
-	if taken > len(e.Nodes)-e.Quorum {
+	switch {
+	case taken > len(e.Nodes)-e.Quorum:
 		return ErrTaken
+	case e.ended != nil:
+		return nil
 	}
 	return ErrUnavailable
 }
@@ -189,6 +261,10 @@ func (e *QuorumError) Error() string {
 		b.WriteString(", ")
 		b.WriteString(e.why)
 	}
+	if e.ended != nil && e.outcome() != ErrTaken {
+		b.WriteString(", ")
+		b.WriteString(endedText(e.ended))
+	}
 	agreed := 0
 	for _, n := range e.Nodes {
 		if n.Err == nil {
@@ -206,15 +282,20 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the kind, the outcome, then every node's failure, so
-// errors.Is also sees timeouts and connection errors.
+// Unwrap returns the kind, the outcome, what ended the operation (the
+// caller's context, or Close), then every node's failure, so errors.Is
+// also sees timeouts and connection errors, and errors.As a master's
+// cause (a *net.OpError).
 func (e *QuorumError) Unwrap() []error {
-	errs := make([]error, 0, len(e.Nodes)+2)
+	errs := make([]error, 0, len(e.Nodes)+3)
 	if e.kind != nil {
 		errs = append(errs, e.kind)
 	}
 	if o := e.outcome(); o != nil && o != e.kind {
 		errs = append(errs, o)
+	}
+	if e.ended != nil {
+		errs = append(errs, e.ended)
 	}
 	for _, n := range e.Nodes {
 		if n.Err != nil && n.Err != ErrTaken && n.Err != errAbsent {

@@ -62,7 +62,7 @@ func TestLapsedLockIsNeverRevived(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, clients, c := cluster(t, 3)
-	l := obtain(t, c, "k", 20*time.Millisecond)
+	l := obtain(t, c, "k", 50*time.Millisecond)
 	freed(t, time.Second, clients, "k", l.Token()) // its keys expired
 	if err := l.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend of a lapsed lock: %v, want ErrLockLost", err)

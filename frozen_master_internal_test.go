@@ -28,7 +28,7 @@ func TestFrozenMasterQueueStaysBounded(t *testing.T) {
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewSingle(rdb, WithNodeTimeout(20*time.Millisecond))
+	c, err := NewSingle(rdb, WithNodeTimeout(20*time.Millisecond), AnyClientOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestKeptReleasesStayBoundedWhileAMasterIsFrozen(t *testing.T) {
 		}
 		clients[i] = rdb
 	}
-	c, err := New(clients, WithNodeTimeout(50*time.Millisecond))
+	c, err := New(clients, WithNodeTimeout(50*time.Millisecond), AnyClientOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,9 +35,11 @@ func minis(t *testing.T, n int) ([]*miniredis.Miniredis, []redis.UniversalClient
 	return ms, cs
 }
 
+// newClient is New over masters, closed when the test ends. It takes any
+// client settings (AnyClientOptions), as the external tests' newClient.
 func newClient(t *testing.T, masters []redis.UniversalClient, opts ...Option) *Client {
 	t.Helper()
-	c, err := New(masters, opts...)
+	c, err := New(masters, append([]Option{AnyClientOptions()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

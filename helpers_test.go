@@ -67,10 +67,13 @@ func never(t *testing.T, d time.Duration, check func() error) {
 
 // Servers, clients and Clients.
 
-// newClient is redlock.New over masters, closed when the test ends.
+// newClient is redlock.New over masters, closed when the test ends. It
+// takes any client settings (redlock.AnyClientOptions): the tests build
+// clients whose reads end at ReadTimeout alone on purpose (clientOf's
+// default), besides those New takes.
 func newClient(t *testing.T, masters []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	c, err := redlock.New(masters, opts...)
+	c, err := redlock.New(masters, append([]redlock.Option{redlock.AnyClientOptions()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +81,11 @@ func newClient(t *testing.T, masters []redis.UniversalClient, opts ...redlock.Op
 	return c
 }
 
-// newSingle is redlock.NewSingle over rdb, closed when the test ends.
+// newSingle is redlock.NewSingle over rdb, closed when the test ends; it
+// takes any client settings, as newClient does.
 func newSingle(t *testing.T, rdb redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	c, err := redlock.NewSingle(rdb, opts...)
+	c, err := redlock.NewSingle(rdb, append([]redlock.Option{redlock.AnyClientOptions()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -254,7 +254,7 @@ func waitingClient(t *testing.T, hook *dialHook) (clients []redis.UniversalClien
 	servers, clients, a := cluster(t, 1)
 	rdb := pinged(t, servers[0]) // go-redis sets its options up at its first connection: see TestWaitSubscriptionSurvivesPanickingHook
 	rdb.AddHook(hook)
-	b, err := redlock.New([]redis.UniversalClient{rdb}, redlock.WithNodeTimeout(500*time.Millisecond))
+	b, err := redlock.New([]redis.UniversalClient{rdb}, redlock.WithNodeTimeout(500*time.Millisecond), redlock.AnyClientOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func (l *Lock) lockFor(ctx context.Context) error {
 	for !l.mu.TryLock() {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redlock: waiting for the lock's Extend or renewal in flight: %w", context.Cause(ctx))
+			return fmt.Errorf("redlock: waiting for the lock's Extend or renewal in flight: %w", endedBy(ctx))
 		case <-t.C:
 			t.Reset(time.Millisecond)
 		}
@@ -128,6 +128,9 @@ func (l *Lock) Fence() int64 { return l.fence }
 // on the monotonic clock from when that call started. It is 0 once that time
 // has passed, after Release, and once Extend found the lock lost.
 func (l *Lock) Validity() time.Duration {
+	if l == nil {
+		return 0 // a failed Obtain's: nothing is held (TestNilLockMethodsReturnAnError)
+	}
 	until := l.until.Load()
 	if until == 0 {
 		return 0
@@ -161,13 +164,21 @@ func (l *Lock) Validity() time.Duration {
 // It returns an error matching [ErrLockLost] when the validity had already
 // run out or ran out before a quorum confirmed, or when refusals rule out a
 // quorum (our token is gone from more than N - quorum masters); Validity is
-// 0 from then on. When masters merely fail to answer in time, the error
-// matches [ErrUnavailable] and not ErrLockLost: the lock is still ours until
-// Validity runs out, and Extend may be tried again. A failed Extend never
+// 0 from then on; after a Release began, the error says so. When masters
+// merely fail to answer in time, the error matches [ErrUnavailable] and not
+// ErrLockLost: the lock is still ours until Validity runs out, and Extend
+// may be tried again; when ctx ends first (a cancel, or a deadline shorter
+// than the node timeout), the error says "ended by the caller" and matches
+// ctx's cause, neither ErrLockLost nor ErrUnavailable. On the nil *Lock of
+// a failed Obtain, Extend returns an error matching [ErrInvalidArgument].
+// A failed Extend never
 // lengthens the validity, and shortens it to what the masters it may have
 // reached will hold: at most ttl minus the drift allowance from the start of
 // the call.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return errNilLock("Extend")
+	}
 	ttl, err := l.c.check(ctx, l.key, ttl)
 	if err != nil {
 		return err
@@ -202,10 +213,13 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 	end := c.epoch.Add(until) // the validity's end, on the monotonic clock
 	if until == 0 || !start.Before(end) {
 		l.setUntil(0)
+		if l.releasing.Load() {
+			return errExtendAfterRelease // (TestExtendAfterReleaseSaysReleased)
+		}
 		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
 	}
 	if ctx.Err() != nil { // nothing to ask the masters for a caller gone
-		return c.unanswered("extend", nil, context.Cause(ctx), nil)
+		return c.unanswered("extend", nil, endedBy(ctx), nil)
 	}
 	timeout := c.cfg.timeout(ttl)
 	// Both bounds on start's wall clock reading: the masters compare them
@@ -260,6 +274,11 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 // while it ran: the holder gave the lock up (an Observer hears Cancelled).
 var errReleasedDuringExtend = fmt.Errorf("%w: released while Extend ran", ErrLockLost)
 
+// errExtendAfterRelease ends an Extend of a lock a Release had begun to
+// release before it: the holder gave the lock up, its validity did not
+// merely run out. (TestExtendAfterReleaseSaysReleased)
+var errExtendAfterRelease = fmt.Errorf("%w: Release was called before this Extend", ErrLockLost)
+
 // KeptUntil returns, after a Release that returned nil for a lock obtained
 // [WithHoldAtLeast] before its minimum hold had passed, the time until
 // which the masters keep its key; the zero Time otherwise (the key was
@@ -286,9 +305,13 @@ func (l *Lock) KeptUntil() time.Time {
 //
 // Release waits for an Extend of the caller's in flight on the same lock (a
 // watchdog's renewal gives way at once); when ctx ends first, the Release
-// still goes out behind that Extend, and Release returns an error matching
-// ErrUnavailable (ErrLockLost for a lock whose validity had ended), and a
-// later call tries again.
+// still goes out behind that Extend, and Release returns an error that says
+// "ended by the caller" and matches ctx's cause, not ErrUnavailable
+// (ErrLockLost for a lock whose validity had ended), and a later call tries
+// again. So does a Release that ctx ends before a quorum answered.
+//
+// On the nil *Lock of a failed Obtain (a Release deferred before the
+// error check), Release returns an error matching [ErrInvalidArgument].
 //
 // Once a Release has returned nil or ErrLockLost, other than after giving
 // up on an Extend in flight, later calls return nil at once: a deferred
@@ -304,6 +327,9 @@ func (l *Lock) KeptUntil() time.Time {
 // yet, Release leaves the key in place for the rest of it instead of
 // deleting it; [Lock.KeptUntil] then says until when.
 func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return errNilLock("Release")
+	}
 	if ctx == nil {
 		return invalid("nil context")
 	}
@@ -353,6 +379,13 @@ type releasePlan struct {
 	timeout time.Duration
 	kept    time.Time
 	keyEnd  time.Time
+}
+
+// errNilLock is the error of method on the nil *Lock a failed Obtain
+// returns: a Release deferred before the error check is common, and must
+// not panic over the Obtain's own error (TestNilLockMethodsReturnAnError).
+func errNilLock(method string) error {
+	return invalid("%s of a nil *Lock (did the Obtain fail?)", method)
 }
 
 // releasePlan returns the Release to send now.
@@ -428,9 +461,9 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 		p.op.Deadline, p.op.Vals = time.Now().Add(timeout), ctx
 		l.released.Store(true)
 		if lapsed {
-			return lapsedError(c.unanswered("release", &p.op, context.Cause(ctx), ErrLockLost))
+			return lapsedError(c.unanswered("release", &p.op, endedBy(ctx), ErrLockLost))
 		}
-		return c.unanswered("release", &p.op, context.Cause(ctx), nil)
+		return c.unanswered("release", &p.op, endedBy(ctx), nil)
 	}
 	now := time.Now()
 	early := now.Before(p.keyEnd) // sent while the key was ours

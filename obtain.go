@@ -15,9 +15,11 @@ import (
 )
 
 // Obtain takes the lock on key for ttl and returns it, or an error matching
-// [ErrNotObtained] and exactly one of [ErrTaken] (other owners' refusals
-// alone rule out a quorum) or [ErrUnavailable] (too few masters answered),
-// with each master's answer in a [*QuorumError].
+// [ErrNotObtained] with each master's answer in a [*QuorumError], and one
+// of the outcomes [ErrNotObtained] lists: taken ([ErrTaken]: other owners'
+// refusals alone rule out a quorum), unavailable ([ErrUnavailable]: too
+// few masters answered within the node timeout), ended by the caller (ctx
+// ended first: the error matches its cause) or closed ([ErrClosed]).
 //
 // Each attempt sends the acquire to every master at once and decides as
 // soon as a quorum has granted it or the outcome is otherwise known; the
@@ -82,20 +84,23 @@ func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, 
 		if err == nil {
 			return lock, n, nodes, nil
 		}
-		if err := c.cutShort(ctx, err, last); err != nil {
-			return nil, n, nil, err
-		}
-		last = err
+		// No wait follows the last attempt: its answers decided its one
+		// outcome, which a cancel or a Close that came after them leaves
+		// as it is (TestOneAttemptTakenStaysTakenWhenTheCallerEndsAfterTheAnswer).
 		wait, ok := oc.retry.NextWait(n, err)
 		if !ok {
 			return nil, n, nil, err
 		}
+		if err := c.cutShort(ctx, err, last); err != nil {
+			return nil, n, nil, err
+		}
+		last = err
 		if d, has := ctx.Deadline(); has && time.Until(d) < wait {
 			// The next attempt could not start before the deadline: the
 			// wait ends with the context, whose cause is known only then.
 			select {
 			case <-ctx.Done():
-				return nil, n, nil, wrapCause(err, context.Cause(ctx))
+				return nil, n, nil, wrapCause(err, endedBy(ctx))
 			case <-c.closing:
 				return nil, n, nil, wrapCause(err, ErrClosed)
 			}
@@ -108,7 +113,7 @@ func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, 
 		}
 		select {
 		case <-ctx.Done():
-			return nil, n, nil, wrapCause(err, context.Cause(ctx))
+			return nil, n, nil, wrapCause(err, endedBy(ctx))
 		case <-c.closing:
 			return nil, n, nil, wrapCause(err, ErrClosed)
 		case <-timer.C:
@@ -135,22 +140,22 @@ func (c *Client) cutShort(ctx context.Context, err, last error) error {
 	return wrapCause(err, ErrClosed)
 }
 
-// ended returns why ctx ended, or nil. A deadline that has passed counts
-// even before ctx's own timer has fired.
+// ended returns why ctx ended (endedBy), or nil. A deadline that has
+// passed counts even before ctx's own timer has fired.
 func ended(ctx context.Context) error {
 	if ctx.Err() != nil {
-		return context.Cause(ctx)
+		return endedBy(ctx)
 	}
 	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
 		<-ctx.Done() // its own timer fires now; its cause may be the caller's
-		return context.Cause(ctx)
+		return endedBy(ctx)
 	}
 	return nil
 }
 
 // closedObtain turns ErrClosed, for an Obtain or a Do, into a failed
-// Obtain: the masters are not reachable through a closed Client
-// (ErrUnavailable), and the error matches ErrClosed.
+// Obtain that Close ended: it matches ErrNotObtained and ErrClosed, not
+// ErrUnavailable (the masters did not fail; TestClosedObtainIsNotAnOutage).
 func (c *Client) closedObtain(err error) error {
 	if err != ErrClosed {
 		return err
@@ -158,9 +163,12 @@ func (c *Client) closedObtain(err error) error {
 	return c.unanswered("obtain", nil, ErrClosed, ErrNotObtained)
 }
 
-// unanswered is the error of a call that awaits no master's answer: each
-// master's is cause. With o set, o still goes to every master first,
-// nobody waiting for its replies (a Release's cleanup).
+// unanswered is the error of a call that awaits no master's answer because
+// its caller's context (cause: endedBy's, or an error wrapping the
+// context's cause) or Close (ErrClosed) ended it: each master's is cause,
+// and so is what ended the call, so the error matches neither ErrTaken nor
+// ErrUnavailable. With o set, o still goes to every master first, nobody
+// waiting for its replies (a Release's cleanup).
 func (c *Client) unanswered(what string, o *wire.Op, cause, kind error) error {
 	rd := c.round()
 	defer rd.done()
@@ -170,16 +178,25 @@ func (c *Client) unanswered(what string, o *wire.Op, cause, kind error) error {
 		}
 	}
 	rd.expire(cause)
+	rd.ended = cause
 	return c.quorumError(what, rd, kind)
 }
 
-// wrapCause adds to err why the wait for the lock ended, unless err
+// wrapCause adds to err, the last attempt's error, why the wait for the
+// lock ended (the caller's context, or Close: ErrClosed), unless err
 // already says it.
 func wrapCause(err, cause error) error {
-	if errors.Is(err, cause) {
+	said := cause
+	if ce, ok := cause.(*callerEnded); ok {
+		said = ce.cause
+	}
+	if errors.Is(err, said) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", err, unprefixed{cause})
+	if cause == ErrClosed {
+		return fmt.Errorf("%w; then the %w", err, unprefixed{cause})
+	}
+	return fmt.Errorf("%w; then ended by the caller: %w", err, unprefixed{cause})
 }
 
 // check validates what every lock operation takes, and rounds ttl up to a
@@ -227,7 +244,7 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 	if d := c.cfg.drift(ttl); ttl <= d {
 		return 0, invalid("ttl %v leaves no validity after the drift allowance of %v", ttl, d)
 	}
-	return ttl, nil
+	return ttl, c.cfg.checkTTLFloor(ttl)
 }
 
 // attempt makes one try at the lock: on key, or, with set, on every key of
@@ -271,7 +288,7 @@ type tried struct {
 // does, and as a.turn and a.gate say.
 func (c *Client) try(ctx context.Context, a tryArgs) (*Lock, tried, error) {
 	if ctx.Err() != nil {
-		return nil, tried{}, c.unanswered("obtain", nil, context.Cause(ctx), ErrNotObtained)
+		return nil, tried{}, c.unanswered("obtain", nil, endedBy(ctx), ErrNotObtained)
 	}
 	start := time.Now()
 	ttl := a.ttl

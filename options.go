@@ -1,6 +1,9 @@
 package redlock
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Defaults. The node timeout default follows the Redis documentation's
 // advice: small compared to the TTL, so a dead master costs little of the
@@ -11,6 +14,17 @@ const (
 	// driftFloor is added to every drift allowance: 1 ms for Redis's
 	// expiry precision and 1 ms of minimum clock drift.
 	driftFloor = 2 * time.Millisecond
+	// MinNodeTimeout is the least time a request to one master is given:
+	// the default node timeout is never shorter, WithNodeTimeout refuses a
+	// shorter one, and a TTL must leave more validity than it after the
+	// drift allowance. A Client's first request to a master also dials it
+	// (a TCP connect, go-redis's handshake, and the round trip in which the
+	// lane learns its connection) before the request's own round trip. On
+	// a loopback under the race detector that first Obtain took about 1ms,
+	// and up to 16ms with the machine's two cores loaded several times
+	// over; a LAN adds a fraction of a millisecond per round trip.
+	// (TestTTLBelowTheFloorIsRefused, TestTTLAtTheFloorObtainsOnAFreshClient)
+	MinNodeTimeout = 20 * time.Millisecond
 )
 
 // An Option configures [New] and [NewSingle].
@@ -19,7 +33,7 @@ type Option interface{ apply(*config) }
 type config struct {
 	driftFactor float64
 	keyPrefix   string
-	nodeTimeout time.Duration // 0: ttl/10, at most 500ms
+	nodeTimeout time.Duration // 0: ttl/10, at least MinNodeTimeout, at most 500ms
 	fencing     bool
 	obs         Observer
 	obsSet      bool
@@ -28,6 +42,9 @@ type config struct {
 	acks    int
 	ackWait time.Duration
 	acksSet bool
+	// anyClient lets New take masters whose clients it would refuse
+	// (checkClientOptions): a test's setting, export_test.go.
+	anyClient bool
 }
 
 func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
@@ -38,6 +55,9 @@ func (c *config) check() error {
 	}
 	if c.nodeTimeout < 0 {
 		return invalid("node timeout must be > 0")
+	}
+	if c.nodeTimeout > 0 && c.nodeTimeout < MinNodeTimeout {
+		return invalid("node timeout %v is below the floor of %v: a Client's first request to a master also dials it (a TCP connect, go-redis's handshake, a round trip to learn the connection), and must fit in it", c.nodeTimeout, MinNodeTimeout)
 	}
 	if c.obsSet && c.obs == nil {
 		return invalid("nil observer")
@@ -78,7 +98,34 @@ func (c *config) timeout(ttl time.Duration) time.Duration {
 	if c.nodeTimeout > 0 {
 		return c.nodeTimeout
 	}
-	return min(ttl/10, maxDefaultNodeTimeout)
+	return min(max(ttl/10, MinNodeTimeout), maxDefaultNodeTimeout)
+}
+
+// checkTTLFloor refuses a TTL (whole milliseconds) that cannot be obtained on a
+// Client's first request to a master: one whose validity after the drift
+// allowance is no longer than MinNodeTimeout, the time that request is
+// given to dial the master and be answered. Any grant would come too late
+// to leave validity, and the call would fail as if the masters were down.
+// (TestTTLBelowTheFloorIsRefused)
+func (c *config) checkTTLFloor(ttl time.Duration) error {
+	if c.workable(ttl) {
+		return nil
+	}
+	least := ""
+	for t := ttl + time.Millisecond; t <= time.Minute; t += time.Millisecond {
+		if c.workable(t) {
+			least = fmt.Sprintf("; use a TTL of at least %v", t)
+			break
+		}
+	}
+	d := c.drift(ttl)
+	return invalid("ttl %v is too short: after the drift allowance of %v it leaves %v of validity, no more than the %v a request to a master is given at least (the first one also dials it)%s", ttl, d, max(0, ttl-d), MinNodeTimeout, least)
+}
+
+// workable reports whether a lock of ttl keeps validity past a request
+// that took MinNodeTimeout.
+func (c *config) workable(ttl time.Duration) bool {
+	return ttl-c.drift(ttl) > MinNodeTimeout
 }
 
 type driftFactor float64
@@ -103,9 +150,17 @@ type nodeTimeout time.Duration
 
 func (d nodeTimeout) apply(c *config) { c.nodeTimeout = positive(time.Duration(d)) }
 
-// WithNodeTimeout bounds one request to one master. Default ttl/10, at most
-// 500ms; must be > 0. Keep it well under the TTL: a request that times out on
-// every master costs that much of the lock's validity.
+// WithNodeTimeout bounds one request to one master. Default ttl/10, at
+// least [MinNodeTimeout] (20ms) and at most 500ms; it must be at least
+// MinNodeTimeout: a Client's first request to a master also dials it (a TCP
+// connect, go-redis's handshake, a round trip to learn the connection) and
+// must be answered within it. Keep it well under the TTL: a request that
+// times out on every master costs that much of the lock's validity.
+//
+// A lock's TTL must leave more than MinNodeTimeout of validity after the
+// drift allowance (ttl*factor + 2ms): 23ms at the default drift factor.
+// Every call that takes a TTL refuses a shorter one (ErrInvalidArgument,
+// with the least TTL that works): its grants could not arrive in time.
 func WithNodeTimeout(d time.Duration) Option { return nodeTimeout(d) }
 
 type fencing struct{}
@@ -307,7 +362,7 @@ func (withWait) applyObtain(c *obtainConfig) { c.wait = true }
 // queue, which asks at once, and the others let it ask first. The turn
 // reserves nothing either: a try-once Obtain may take the key first, and a
 // Client whose turn goes unused holds the others up for a tenth of the
-// node timeout (1 to 50 ms) at most. At
+// node timeout (2 to 50 ms) at most. At
 // N > 1 a woken waiter asks one master first (the same for every Client
 // that names the masters alike) and the others once it granted, so that
 // waiters woken together do not split the masters between them.

@@ -28,7 +28,7 @@ func TestPanickingHookFailsItsBatchOnly(t *testing.T) {
 			rdb := clientOf(t, servers[0], func(o *redis.Options) { o.ContextTimeoutEnabled = inline })
 			hook := &faulty{panics: true}
 			rdb.AddHook(hook)
-			c, err := redlock.NewSingle(rdb)
+			c, err := redlock.NewSingle(rdb, redlock.AnyClientOptions())
 			if err != nil {
 				t.Fatal(err)
 			}

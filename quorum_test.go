@@ -92,9 +92,10 @@ func TestMajorityDown(t *testing.T) {
 	}
 }
 
-// TestSingleFrozenIsBounded: one frozen master, a client whose socket reads
-// are bounded by its own ReadTimeout (1s) only: Obtain and Release still
-// return at the node timeout.
+// TestSingleFrozenIsBounded: one frozen master: Obtain and Release return
+// at the node timeout, with an error that matches context.DeadlineExceeded
+// (the socket's "i/o timeout" on a client that ends reads at the request's
+// deadline, as New requires).
 func TestSingleFrozenIsBounded(t *testing.T) {
 	ctx := context.Background()
 	const timeout = 100 * time.Millisecond
@@ -131,7 +132,7 @@ func TestWrongPasswordNeverGrants(t *testing.T) {
 		clients[i] = clientOf(t, s, func(o *redis.Options) { o.Username, o.Password = "alice", "wrong" })
 	}
 	for _, n := range []int{1, 3} {
-		c, err := redlock.New(clients[:n])
+		c, err := redlock.New(clients[:n], redlock.AnyClientOptions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,12 +151,13 @@ func TestWrongPasswordNeverGrants(t *testing.T) {
 
 // TestDuplicateMastersRejected: two clients of one server are one master,
 // and New refuses them (one restart would take two votes); a Ring is no
-// master; another database of one server is another keyspace.
+// master; another database of one server is the same server, refused too
+// (TestNewRefusesTwoDatabasesOfOneServer).
 func TestDuplicateMastersRejected(t *testing.T) {
 	t.Parallel()
 	servers := redistest.Start(t, 2)
-	a, b, other := clientOf(t, servers[0]), clientOf(t, servers[0]), clientOf(t, servers[1])
-	db1 := clientOf(t, servers[0], func(o *redis.Options) { o.DB = 1 })
+	a, b, other := clientOf(t, servers[0], bounded), clientOf(t, servers[0], bounded), clientOf(t, servers[1], bounded)
+	db1 := clientOf(t, servers[0], bounded, func(o *redis.Options) { o.DB = 1 })
 	if _, err := redlock.New([]redis.UniversalClient{a, other, b}); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Fatalf("New with two clients of one server: %v, want ErrInvalidArgument", err)
 	}
@@ -164,7 +166,10 @@ func TestDuplicateMastersRejected(t *testing.T) {
 	if _, err := redlock.New([]redis.UniversalClient{ring}); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Fatalf("New with a Ring: %v, want ErrInvalidArgument", err)
 	}
-	c, err := redlock.New([]redis.UniversalClient{a, other, db1}) // another database is another keyspace
+	if _, err := redlock.New([]redis.UniversalClient{a, other, db1}); !errors.Is(err, redlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "same server") {
+		t.Fatalf("New with two databases of one server: %v, want ErrInvalidArgument naming the same server", err)
+	}
+	c, err := redlock.New([]redis.UniversalClient{a, other})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +183,9 @@ func TestDuplicateMastersRejected(t *testing.T) {
 func TestDuplicateMastersRejectedWhateverTheSpelling(t *testing.T) {
 	t.Parallel()
 	servers := redistest.Start(t, 2)
-	a := clientOf(t, servers[0])
-	b := clientOf(t, servers[0], func(o *redis.Options) { o.Addr = fmt.Sprintf("localhost:%d", servers[0].Port()) })
-	other := clientOf(t, servers[1])
+	a := clientOf(t, servers[0], bounded)
+	b := clientOf(t, servers[0], bounded, func(o *redis.Options) { o.Addr = fmt.Sprintf("localhost:%d", servers[0].Port()) })
+	other := clientOf(t, servers[1], bounded)
 	c, err := redlock.New([]redis.UniversalClient{a, b, other})
 	if err == nil {
 		c.Close()

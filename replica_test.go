@@ -26,7 +26,7 @@ func TestReplicaAcksGrant(t *testing.T) {
 	rc := replica.Client()
 	defer rc.Close()
 	for _, fenced := range []bool{false, true} {
-		opts := []redlock.Option{redlock.WithNodeTimeout(ackNodeTimeout), redlock.WithReplicaAcks(1, ackWait)}
+		opts := []redlock.Option{redlock.WithNodeTimeout(ackNodeTimeout), redlock.WithReplicaAcks(1, ackWait), redlock.AnyClientOptions()}
 		if fenced {
 			opts = append(opts, redlock.WithFencing())
 		}
@@ -284,7 +284,7 @@ func TestReplicaAcksCostNothingWithout(t *testing.T) {
 // serve.
 func TestReplicaAcksInvalid(t *testing.T) {
 	t.Parallel()
-	m := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	m := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer m.Close()
 	for _, opts := range [][]redlock.Option{
 		{redlock.WithReplicaAcks(0, ackWait)},
@@ -295,7 +295,7 @@ func TestReplicaAcksInvalid(t *testing.T) {
 			t.Fatalf("NewSingle(%v): %v, want ErrInvalidArgument", opts, err)
 		}
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer cc.Close()
 	if _, err := redlock.NewSingle(cc, redlock.WithReplicaAcks(1, ackWait)); !errors.Is(err, redlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "Cluster") {
 		t.Fatalf("a Cluster master: %v, want ErrInvalidArgument naming the Cluster", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,13 @@ type round struct {
 	vals                []int64     // fence counters of a fenced acquire
 	ok, refused, failed int
 	answered            uint64 // bit i: master i's reply was read
+	// ended is what ended the round before its answers decided it: the
+	// caller's context (callerEnded) or Close (ErrClosed); nil when the
+	// answers or the node timeout did.
+	ended error
+	// since is about when the round's requests went out (zero: none
+	// did): the failures of its masters seen since are their causes.
+	since time.Time
 
 	// A failed attempt's undo (Client.undo), for the masters that had not
 	// answered when its caller decided: the delivery of such a master's
@@ -52,7 +60,7 @@ type reply struct {
 func (c *Client) round() *round {
 	rd := c.rounds.Get().(*round)
 	rd.refs.Store(1)
-	rd.ok, rd.refused, rd.failed, rd.answered = 0, 0, 0, 0
+	rd.ok, rd.refused, rd.failed, rd.answered, rd.ended, rd.since = 0, 0, 0, 0, nil, time.Time{}
 	for i, n := range c.nodes {
 		rd.nodes[i] = NodeError{Addr: n.addr, Err: errNoReply}
 		rd.vals[i] = 0
@@ -94,8 +102,21 @@ func (c *Client) replyErr(rep *wire.Reply) error {
 	case wire.ErrClosed:
 		return ErrClosed
 	}
+	if errors.Is(rep.Err, os.ErrDeadlineExceeded) && !errors.Is(rep.Err, context.DeadlineExceeded) {
+		return socketTimeout{rep.Err}
+	}
 	return rep.Err
 }
+
+// socketTimeout is a request whose read or write on the socket ran past its
+// deadline (go-redis's "i/o timeout", on a client that bounds reads by the
+// request's deadline): a timeout like any other, so it also matches
+// context.DeadlineExceeded, as QuorumError's doc says of timeouts
+// (TestSingleFrozenIsBounded).
+type socketTimeout struct{ error }
+
+func (e socketTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+func (e socketTimeout) Unwrap() error        { return e.error }
 
 // ackResult is the error of a grant whose WAIT answered a: nil when at
 // least want replicas acknowledged it.
@@ -168,6 +189,11 @@ func (c *Client) fanout(ctx context.Context, o wire.Op, deadline time.Time, time
 // a quorum. Waiters woken by the same release use it (wait.go).
 func (c *Client) fanoutGated(ctx context.Context, o wire.Op, deadline time.Time, timeout time.Duration, gate int) *round {
 	rd := c.round()
+	// Read here, not derived from a deadline: a caller's deadline caps
+	// o.Deadline, and an Extend's is the validity's end, either of which
+	// would put since before the requests went out and blame a failure of
+	// an earlier round (TestAnEarlierRefusalIsNotBlamedOnACallersShortDeadline).
+	rd.since = time.Now()
 	o.Deadline = capDeadline(ctx, deadline)
 	if o.Kind() != wire.KindRelease { // a Release goes out even when the caller gives up
 		o.Done = ctx.Done()
@@ -222,6 +248,11 @@ func capDeadline(ctx context.Context, deadline time.Time) time.Time {
 // masters still silent then get an error saying so.
 func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline time.Time, timeout time.Duration, decided bool) {
 	n, q := len(c.nodes), c.quorum
+	if rd.since.IsZero() {
+		// About when its requests went out, for a round fanoutGated did
+		// not send (see quorumError); never later than that.
+		rd.since = deadline.Add(-timeout)
+	}
 	var t *time.Timer
 	defer func() {
 		if t != nil {
@@ -249,21 +280,38 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 			case <-t.C:
 				if d, ok := ctx.Deadline(); ok && !d.After(deadline) {
 					<-ctx.Done() // the caller's deadline: its own timer fires now
+					rd.endedBy(ctx)
 					rd.expire(context.Cause(ctx))
 				} else {
 					rd.expire(fmt.Errorf("timed out after %v: %w", timeout, context.DeadlineExceeded))
 				}
 				return
 			case <-ctx.Done():
+				rd.endedBy(ctx)
 				rd.expire(context.Cause(ctx))
 				return
 			}
 		}
-		if r.err == errSkipped { // dropped because ctx ended: say why
+		switch {
+		case r.err == errSkipped: // dropped because ctx ended: say why
 			r.err = fmt.Errorf("%w (%w)", errNoReply, context.Cause(ctx))
+			rd.endedBy(ctx)
+		case r.err != nil && rd.ended == nil && timedOut(r.err):
+			// A master's timeout at the caller's own deadline (shorter than
+			// the node timeout) is the caller's doing, not the master's
+			// (TestCallerDeadlineShorterThanTheNodeTimeoutIsTheCallers).
+			if d, ok := ctx.Deadline(); ok && !d.After(deadline) && !time.Now().Before(d) {
+				<-ctx.Done() // the caller's deadline has passed: its own timer fires now
+				rd.endedBy(ctx)
+			}
 		}
 		rd.record(r)
 	}
+}
+
+// timedOut reports whether err is a timeout: a deadline that passed.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // record counts r in rd's outcome.
@@ -276,8 +324,22 @@ func (rd *round) record(r reply) {
 		rd.ok++
 	case ErrTaken, errAbsent:
 		rd.refused++
+	case ErrClosed: // the Client is closing: Close ended the round, not the masters
+		rd.failed++
+		if rd.ended == nil {
+			rd.ended = ErrClosed
+		}
 	default:
 		rd.failed++
+	}
+}
+
+// endedBy notes that ctx, which has ended, ended rd before its answers
+// decided it: the caller's doing, not the masters'
+// (TestCallerDeadlineShorterThanTheNodeTimeoutIsTheCallers).
+func (rd *round) endedBy(ctx context.Context) {
+	if rd.ended == nil {
+		rd.ended = endedBy(ctx)
 	}
 }
 
@@ -307,8 +369,25 @@ func (rd *round) expire(err error) {
 
 // quorumError reports rd's outcome; kind is ErrNotObtained, ErrLockLost or
 // nil.
+//
+// A master that failed to answer in time (a timeout, no reply before the
+// round decided, a request dropped in its queue) is named with the last
+// failure its wire saw since the round's requests went out (a refused
+// connection, a TLS handshake, WRONGPASS, LOADING: wire.Master.WithCause),
+// so that the error says why, and errors.Is and errors.As reach the cause;
+// only one seen since then, so that a failure of an earlier outage is not
+// blamed. The round's own answers keep their identity: the undo and the
+// waiters compare them. (TestRefusedMastersNameTheirCause)
 func (c *Client) quorumError(op string, rd *round, kind error) *QuorumError {
-	return &QuorumError{Op: op, Quorum: c.quorum, Nodes: slices.Clone(rd.nodes), kind: kind}
+	nodes := slices.Clone(rd.nodes)
+	if !rd.since.IsZero() {
+		for i := range nodes {
+			if err := nodes[i].Err; err != nil && err != errLapsed && err != ErrTaken && err != errAbsent && err != errNotAsked {
+				nodes[i].Err = c.nodes[i].WithCause(err, rd.since)
+			}
+		}
+	}
+	return &QuorumError{Op: op, Quorum: c.quorum, Nodes: nodes, kind: kind, ended: rd.ended}
 }
 
 func (c *Client) initPools() {

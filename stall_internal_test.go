@@ -72,8 +72,8 @@ func TestSlowBatchDoesNotFailTheNextObtainAtOnce(t *testing.T) {
 	})
 }
 
-// TestShortTimeoutCallDoesNotMarkAHealthyMaster: a call with a 3ms TTL
-// (node timeout 300us) on a master 100ms away times out long before its
+// TestShortTimeoutCallDoesNotMarkAHealthyMaster: a call with a 23ms TTL
+// (node timeout 20ms, the floor) on a master 100ms away times out long before its
 // request is answered. That master is healthy: a WaitReleased right after
 // (its node timeout 500ms) waits for the lane and gets its answer, rather
 // than being told at once that the master does not answer; and one whose
@@ -93,10 +93,10 @@ func TestShortTimeoutCallDoesNotMarkAHealthyMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxies[0].DelayOpen(100*time.Millisecond, 0)
-	if _, err := c.Obtain(ctx, "k", 3*time.Millisecond); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Obtain with a 3ms TTL on a master 100ms away: %v, want ErrUnavailable", err)
+	if _, err := c.Obtain(ctx, "k", 23*time.Millisecond); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Obtain with a 23ms TTL on a master 100ms away: %v, want ErrUnavailable", err)
 	}
-	time.Sleep(5 * time.Millisecond) // its request is out for more than twice its 300us
+	time.Sleep(45 * time.Millisecond) // its request is out for more than twice its 20ms
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if err := c.WaitReleased(cctx, "k"); !errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -106,7 +106,7 @@ func TestShortTimeoutCallDoesNotMarkAHealthyMaster(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	if err := c.WaitReleased(wctx, "k"); err != nil {
-		t.Fatalf("WaitReleased on a healthy master 100ms away, after a call with a 300us timeout: failed after %v: %v",
+		t.Fatalf("WaitReleased on a healthy master 100ms away, after a call with a 20ms timeout: failed after %v: %v",
 			time.Since(start).Round(time.Millisecond), err)
 	}
 }

@@ -150,7 +150,7 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 	for {
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return endedBy(ctx)
 		case <-c.closing:
 			return ErrClosed
 		case <-timer.C:
@@ -212,7 +212,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		select {
 		case <-x.sig:
 		case <-ctx.Done():
-			return nil, 0, nil, unasked(context.Cause(ctx))
+			return nil, 0, nil, unasked(endedBy(ctx))
 		case <-c.closing:
 			return nil, 0, nil, c.closedObtain(ErrClosed)
 		}

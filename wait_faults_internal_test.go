@@ -24,7 +24,7 @@ func TestWaitAfterCloseStartsNoSubscription(t *testing.T) {
 	servers := redistest.Start(t, 1)
 	rdb := servers[0].Client()
 	defer rdb.Close()
-	c, err := NewSingle(rdb)
+	c, err := NewSingle(rdb, AnyClientOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

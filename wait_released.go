@@ -20,8 +20,10 @@ import (
 // [WithHoldAtLeast]) is announced, and WaitReleased then waits for the
 // rest of that while. A key that expired and was taken again before it
 // looked keeps it waiting for the new holder. It returns an error when ctx
-// ends (wrapping its cause), on [Client.Close] (matching [ErrClosed]), or
-// when too few masters answer (matching [ErrUnavailable]).
+// ends (matching its cause, and its Err), on [Client.Close] (matching
+// [ErrClosed]), or when too few masters answer within the node timeout
+// (matching [ErrUnavailable]); one that ctx or Close ended never matches
+// ErrUnavailable.
 func (c *Client) WaitReleased(ctx context.Context, key string) error {
 	if ctx == nil {
 		return invalid("nil context")
@@ -75,7 +77,14 @@ func (c *Client) WaitReleased(ctx context.Context, key string) error {
 		}
 		wait, ok := c.quorumFree(rd)
 		var err error
-		if answered < c.quorum {
+		switch {
+		case answered >= c.quorum:
+		case rd.ended != nil:
+			// The caller's context (or Close) ended the look before the
+			// masters' answers decided it: not an outage
+			// (TestWaitReleasedEndedByTheCallerIsNotAnOutage).
+			err = c.quorumError("wait", rd, nil)
+		default:
 			err = c.quorumError("wait", rd, ErrUnavailable)
 		}
 		rd.done()

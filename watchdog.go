@@ -17,7 +17,10 @@ import (
 // fn's context is cancelled, with a [context.Cause] matching [ErrLockLost],
 // the moment the lock can no longer be trusted: a renewal is refused
 // (another owner, or our token gone from more than N - quorum masters), or
-// renewals keep failing until the validity runs out. That cancellation
+// renewals keep failing until the validity left is down to the cancel
+// margin ([WithCancelMargin]; default ttl/10, at most 10s), the time fn
+// has to stop before another owner can take the lock; the cause then
+// matches [ErrLockExpiring] as well. That cancellation
 // happens on time even while a renewal hangs on a frozen master. fn should
 // stop its work when its context is done, and check it before any write
 // that must not overlap with another holder (and fence that write when
@@ -32,7 +35,8 @@ import (
 // watchdog runs, the one its waiters use ([WithWait]); not to a Redis
 // Cluster, where it would take a connection per lock. Renewals of many locks held by one
 // Client that fall due together share one pipeline per master.
-// [WithMaxHold] caps the total hold time.
+// [WithMaxHold] caps the total hold time. Renewals are scheduled to end
+// before the validity is down to the cancel margin.
 //
 // Do returns fn's error. When the lock was lost while fn ran, or Release
 // found it lost, the error also matches ErrLockLost. If the lock is not
@@ -65,6 +69,10 @@ func (c *Client) doOn(ctx context.Context, key string, set *keySet, use optionUs
 	if err := oc.checkWatchdog(ttl, &c.cfg); err != nil {
 		return err
 	}
+	tell, err := cancelMarginOf(opts, ttl, oc.renewEvery, &c.cfg)
+	if err != nil {
+		return err
+	}
 	if !c.enter() {
 		return c.closedObtain(ErrClosed)
 	}
@@ -73,7 +81,7 @@ func (c *Client) doOn(ctx context.Context, key string, set *keySet, use optionUs
 	if err != nil {
 		return err
 	}
-	return lock.do(ctx, ttl, oc, fn)
+	return lock.do(ctx, ttl, oc, tell, fn)
 }
 
 // Do runs fn while a watchdog renews l, and releases l when fn returns,
@@ -81,12 +89,16 @@ func (c *Client) doOn(ctx context.Context, key string, set *keySet, use optionUs
 // [Client.Do] does once it holds the lock, for a lock from
 // [Client.Obtain], so that fn can use it (pass [Lock.Fence] to the
 // resource, say). fn's context, the renewals, [WithRenewEvery],
-// [WithMaxHold], Close and the error returned are as for [Client.Do].
+// [WithMaxHold], [WithCancelMargin], Close and the error returned are as
+// for [Client.Do].
 //
 // Call it once per lock, from the goroutine that obtained it. When l's
 // validity has already run out, or l was released, fn is not called and
 // the error matches [ErrLockLost].
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...ObtainOption) error {
+	if l == nil {
+		return errNilLock("Do")
+	}
 	if ctx == nil {
 		return invalid("nil context")
 	}
@@ -101,6 +113,10 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error, opts 
 	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
 		return err
 	}
+	tell, err := cancelMarginOf(opts, ttl, oc.renewEvery, &l.c.cfg)
+	if err != nil {
+		return err
+	}
 	if !l.c.enter() {
 		return ErrClosed
 	}
@@ -108,12 +124,13 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error, opts 
 	if l.released.Load() || l.Validity() == 0 {
 		return fmt.Errorf("%w: the lock was released or its validity ran out before Do", ErrLockLost)
 	}
-	return l.do(ctx, ttl, oc, fn)
+	return l.do(ctx, ttl, oc, tell, fn)
 }
 
-// do runs fn under a watchdog renewing l for ttl at a time, and releases l.
-func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, fn func(ctx context.Context) error) (err error) {
-	wctx, stop := l.keepAlive(ctx, ttl, oc, nil)
+// do runs fn under a watchdog renewing l for ttl at a time, that tells fn
+// when the validity is down to tell, and releases l.
+func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, tell time.Duration, fn func(ctx context.Context) error) (err error) {
+	wctx, stop := l.keepAlive(ctx, ttl, oc, tell, nil)
 	defer func() {
 		p := recover()
 		stop()
@@ -149,7 +166,7 @@ func join(err, also error) error {
 // matching [ErrLockLost], the moment the lock can no longer be trusted (see
 // [Client.Do]). Use it when the lock outlives a function call; otherwise
 // [Lock.Do] does the same and releases the lock for you. It takes
-// [WithRenewEvery] and [WithMaxHold]. stop ends the renewals and returns
+// [WithRenewEvery], [WithMaxHold] and [WithCancelMargin]. stop ends the renewals and returns
 // once the watchdog's goroutine has ended; it does not release the lock,
 // cancels the returned context, and is safe to call more than once. Call
 // stop, then [Lock.Release]; a Release while the watchdog runs also ends
@@ -157,6 +174,9 @@ func join(err, also error) error {
 // watchdog too (the context's cause then matches [ErrClosed]). Options that
 // are not valid return an error matching [ErrInvalidArgument].
 func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Context, func(), error) {
+	if l == nil {
+		return nil, nil, errNilLock("KeepAlive")
+	}
 	if ctx == nil {
 		return nil, nil, invalid("nil context")
 	}
@@ -168,10 +188,14 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Con
 	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
 		return nil, nil, err
 	}
+	tell, err := cancelMarginOf(opts, ttl, oc.renewEvery, &l.c.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	if !l.c.enter() {
 		return nil, nil, ErrClosed
 	}
-	wctx, stop := l.keepAlive(ctx, ttl, oc, l.c.dos.Done)
+	wctx, stop := l.keepAlive(ctx, ttl, oc, tell, l.c.dos.Done)
 	var once sync.Once
 	return wctx, func() { once.Do(stop) }, nil
 }
@@ -194,7 +218,8 @@ type watchdog struct {
 	ttl     time.Duration
 	every   time.Duration
 	maxHold time.Duration
-	margin  time.Duration // a renewal's time before the validity ends
+	margin  time.Duration // a renewal's time before the validity is down to tell
+	tell    time.Duration // the cancel margin: the validity left when the work is told
 	renewed time.Time     // the last good renewal, or the Obtain
 	changed chan struct{} // the lock's validity changed
 	lost    context.CancelCauseFunc
@@ -204,11 +229,12 @@ type watchdog struct {
 	unhold  func() // ends the Client's subscriptions for it (resets.go)
 }
 
-// keepAlive starts a watchdog that renews l for ttl at a time; exit, if
-// not nil, runs when its goroutine ends.
-func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig, exit func()) (context.Context, func()) {
+// keepAlive starts a watchdog that renews l for ttl at a time and tells
+// the work when the validity is down to tell; exit, if not nil, runs when
+// its goroutine ends.
+func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig, tell time.Duration, exit func()) (context.Context, func()) {
 	wctx, lost := context.WithCancelCause(ctx)
-	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, lost: lost, done: make(chan struct{}), renewed: l.obtained}
+	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, tell: tell, lost: lost, done: make(chan struct{}), renewed: l.obtained}
 	if w.every == 0 {
 		w.every = ttl / 3
 	}
@@ -237,9 +263,10 @@ func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig
 
 // run renews until stop is called, the work context ends, or the lock can
 // no longer be trusted. It never sleeps past the point where a renewal
-// could still complete before the validity ends, follows a validity that
-// the caller's own Extend shortened, and tells the work at the validity's
-// end whatever else holds the lock.
+// could still complete before the validity is down to the cancel margin,
+// follows a validity that the caller's own Extend shortened, and tells the
+// work when the validity is down to the margin (at its end for a margin of
+// 0) whatever else holds the lock.
 func (w *watchdog) run(workDone <-chan struct{}) {
 	defer close(w.done)
 	defer w.unhold()
@@ -258,15 +285,26 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 	reset := c.resetSignal()
 	var kicked time.Time
 	folded := false
+	// fresh says that the validity came down to where it is without a
+	// renewal of the watchdog's failing: at the start, and after the
+	// caller's own Extend changed it (shorter, say). A validity down to the
+	// cancel margin tells the work at once only when not fresh; a fresh one
+	// gets a renewal first, given what is left of the validity
+	// (TestWatchdogFollowsAShortenedValidity).
+	fresh := true
 	// again arms t after a renewal that could not run or failed: every/4
 	// later, and within 4 x resetGap for one owed to a reset, which stays
-	// owed; at the validity's end v at the latest.
+	// owed; when the validity v is down to the cancel margin at the latest
+	// (at its end while fresh).
 	again := func(v time.Duration, owed bool) {
 		d := w.every/4 + time.Millisecond
 		if owed {
 			d, folded = min(d, 4*resetGap), true
 		}
-		arm(min(d, v))
+		if v > w.tell || !fresh {
+			v -= w.tell
+		}
+		arm(max(0, min(d, v)))
 	}
 	var capped <-chan time.Time
 	if w.maxHold > 0 {
@@ -291,6 +329,7 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 		case <-w.changed:
 			// The validity changed under us: renew in time for the new
 			// one, or for a reset's renewal put off, if that comes first.
+			fresh = true
 			if d := w.wait(w.next(w.every)); !folded || time.Until(due) > d {
 				arm(d)
 				folded = false
@@ -324,6 +363,10 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 				w.loseAtZero(last)
 				return
 			}
+			if v <= w.tell && !fresh {
+				w.lose(RanOut, expiring(v, w.tell, last))
+				return
+			}
 			// A reset's renewal stays owed: the caller's Extend may have
 			// run before the reset, so its change of the validity does
 			// not cover it.
@@ -342,9 +385,21 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 			w.loseAtZero(last)
 			return
 		}
-		// The renewal may not outlast the validity: if it hangs, the work
-		// is told at the validity's end, not when the renewal gives up.
-		rctx, cancel := context.WithTimeout(w.base, v)
+		if v <= w.tell && !fresh {
+			l.mu.Unlock()
+			w.lose(RanOut, expiring(v, w.tell, last))
+			return
+		}
+		// The renewal may not outlast the validity's way down to the
+		// cancel margin (to its end while fresh): if it hangs, the work is
+		// told then, not when the renewal gives up
+		// (TestWorkIsToldTheMarginBeforeTheValidityEnds).
+		limit := v - w.tell
+		if limit <= 0 {
+			limit = v
+		}
+		fresh = false
+		rctx, cancel := context.WithTimeout(w.base, limit)
 		l.renewing.Store(&cancel)
 		err := l.extendLocked(rctx, w.ttl, true)
 		l.renewing.Store(nil)
@@ -377,9 +432,10 @@ func (w *watchdog) run(workDone <-chan struct{}) {
 }
 
 // wait caps d so that the renewal then still has its margin (a node
-// timeout, a third of the validity at most) before the validity ends.
+// timeout, a third of the validity at most) before the validity is down
+// to the cancel margin.
 func (w *watchdog) wait(d time.Duration) time.Duration {
-	return max(0, min(d, w.l.Validity()-w.margin))
+	return max(0, min(d, w.l.Validity()-w.tell-w.margin))
 }
 
 // lose cancels the work of a lock lost with cause, and tells the Observer.

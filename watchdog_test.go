@@ -14,16 +14,16 @@ import (
 // holds the lock meanwhile, and says why.
 
 // TestWatchdogCancelsAtValidityEndWhileRenewalHangs: with a majority
-// frozen and node timeouts far longer than the lock's validity, the
-// watchdog tells the work (ErrLockLost) when the validity ends, not when
-// the hanging renewal gives up, and never before.
+// frozen and node timeouts far longer than the lock's validity, a watchdog
+// without a cancel margin tells the work (ErrLockLost) when the validity
+// ends, not when the hanging renewal gives up, and never before.
 func TestWatchdogCancelsAtValidityEndWhileRenewalHangs(t *testing.T) {
 	ctx := context.Background()
 	// Long node timeouts: a renewal to a frozen master would hang for 10s.
 	servers, _, c := cluster(t, 3, redlock.WithNodeTimeout(10*time.Second))
 	const ttl = 800 * time.Millisecond
 	l := obtain(t, c, "job", ttl)
-	wctx, stop, err := l.KeepAlive(ctx, redlock.WithRenewEvery(200*time.Millisecond))
+	wctx, stop, err := l.KeepAlive(ctx, redlock.WithRenewEvery(200*time.Millisecond), redlock.WithCancelMargin(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func TestRedlockTaken(t *testing.T) {
 		t.Errorf("held on 2 of 3: taken %v, outcome %v, %v (from %v)", redlockTaken(err), ok, oerr, err)
 	}
 	// One holds it, two do not answer: no quorum, and not a refusal.
-	dead := []redis.UniversalClient{clients[0], redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialerRetries: 1}), redis.NewClient(&redis.Options{Addr: "127.0.0.1:2", DialerRetries: 1})}
+	dead := []redis.UniversalClient{clients[0], redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialerRetries: 1, MaxRetries: -1, ContextTimeoutEnabled: true}), redis.NewClient(&redis.Options{Addr: "127.0.0.1:2", DialerRetries: 1, MaxRetries: -1, ContextTimeoutEnabled: true})}
 	rl2, err := redlock.New(dead, redlock.WithNodeTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

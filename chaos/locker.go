@@ -64,6 +64,10 @@ type Opts struct {
 	// HoldAtLeast keeps the key at least this long from the grant, also
 	// when released sooner (redlock.WithHoldAtLeast).
 	HoldAtLeast time.Duration
+	// CancelMargin: the watchdog cancels the work once the validity left
+	// is down to this while renewals fail (redlock.WithCancelMargin); 0:
+	// the lock's default.
+	CancelMargin time.Duration
 }
 
 // An Opt sets one of Opts.
@@ -83,6 +87,10 @@ func HoldAtLeast(d time.Duration) Opt { return func(o *Opts) { o.HoldAtLeast = d
 
 // RenewEvery sets the watchdog's interval.
 func RenewEvery(d time.Duration) Opt { return func(o *Opts) { o.RenewEvery = d } }
+
+// CancelMargin sets the validity left at which the watchdog tells the work
+// while renewals fail (redlock.WithCancelMargin).
+func CancelMargin(d time.Duration) Opt { return func(o *Opts) { o.CancelMargin = d } }
 
 // Collect applies opts.
 func Collect(opts []Opt) Opts {
@@ -159,6 +167,9 @@ func obtainOpts(opts []Opt) []redlock.ObtainOption {
 	}
 	if o.HoldAtLeast > 0 {
 		out = append(out, redlock.WithHoldAtLeast(o.HoldAtLeast))
+	}
+	if o.CancelMargin > 0 {
+		out = append(out, redlock.WithCancelMargin(o.CancelMargin))
 	}
 	return out
 }

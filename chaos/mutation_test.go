@@ -51,6 +51,7 @@ var mutations = []struct {
 	{"S13-latency-full-validity", singleInstance, "latency", "fullvalidity", "want <= ttl-L-drift"},
 	{"S14-never-released", holderCrash, "", "neverrelease", "lock keys"},
 	{"S16-acks-ignored", replicaFailover, "acks-link-stalled", "none", "promised_overlaps="},
+	{"S24-cancel-margin-ignored", cancelMarginScenario, "", "none", "margin_seen"},
 	{"S17-sets-first-key-only", overlappingSetsScenario, "n5-sigstop", "multifirst", "cs_overlaps="},
 	// Keys held while waiting for the next starve the other sets, or,
 	// under SIGSTOP, outlive their TTL while held: either check catches it.

@@ -239,12 +239,11 @@ func stalledMinorities(t *testing.T, sub *subject) {
 	}
 }
 
-// defaultClient makes a go-redis client as a user would (redistest's
-// Client defaults): 1 s socket timeouts, context deadlines not applied to
-// socket reads.
+// defaultClient makes a go-redis client as a user would, with the two
+// settings redlock.New requires (MaxRetries -1, ContextTimeoutEnabled): 1 s
+// socket timeouts (redistest's Client defaults), no pool timeout of its own.
 func defaultClient(o *redis.Options) {
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = time.Second, time.Second, time.Second, 0
-	o.ContextTimeoutEnabled = false
 }
 
 func stalledMinority(t *testing.T, r *row, adjust func(*redis.Options)) {

@@ -49,7 +49,7 @@ type connFlags struct {
 func (cf *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.masters, "masters", "", "comma-separated masters: host:port, redis://[user:password@]host:port[/db] or rediss://...; one means a single-instance lock, several the Redlock quorum (default $"+envMasters+")")
 	fs.StringVar(&cf.prefix, "prefix", "", "prefix put before the key in Redis")
-	fs.DurationVar(&cf.nodeTimeout, "node-timeout", 0, "bound of one request to one master (default ttl/10, at most 500ms)")
+	fs.DurationVar(&cf.nodeTimeout, "node-timeout", 0, "bound of one request to one master (at least 20ms; default ttl/10, at least 20ms, at most 500ms)")
 	fs.StringVar(&cf.user, "user", "", "ACL user name, for masters whose URL names none")
 	fs.StringVar(&cf.password, "password", "", "password, for masters whose URL has none (default $"+envPassword+"; prefer the variable: flags show in ps)")
 	fs.BoolVar(&cf.tls, "tls", false, "connect with TLS to every master (rediss:// URLs always do)")

@@ -265,8 +265,14 @@ func (r *runner) obtain(lc *redlock.Client) (*redlock.Lock, int, bool) {
 		// is the expected outcome for all but one of many replicas.
 		r.errorf("lock %q not obtained: held by another owner; the command did not start", r.key)
 		return nil, exitNotObtained, false
+	case r.wait > 0 && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redlock.ErrUnavailable):
+		// --wait ran out before the masters decided an attempt: say so
+		// (each master's cause is in err), and do not skip silently.
+		r.errorf("lock %q not obtained within --wait %v, the command did not start: %v", r.key, r.wait, err)
+		return nil, exitFailure, false
 	default:
-		// No master said "taken": too few of them answered. That is a
+		// No master said "taken": too few of them answered (each names
+		// its cause: a refused connection, WRONGPASS, ...). That is a
 		// failure to report, not a lock to skip.
 		r.errorf("lock %q not obtained, the command did not start: %v", r.key, err)
 		return nil, exitFailure, false

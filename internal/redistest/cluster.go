@@ -117,18 +117,21 @@ func (c *Cluster) Addrs() []string {
 	return addrs
 }
 
-// Client returns a go-redis cluster client with the defaults of [Server.Client];
-// opts may change any field. The caller closes it.
+// Client returns a go-redis cluster client with the defaults of [Server.Client]
+// and ContextTimeoutEnabled set: with MaxRetries -1, the settings
+// redlock.New requires of a master's client. opts may change any field. The
+// caller closes it.
 func (c *Cluster) Client(opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	o := &redis.ClusterOptions{
-		Addrs:           c.Addrs(),
-		MaxRetries:      -1,
-		DialerRetries:   1,
-		DialTimeout:     time.Second,
-		ReadTimeout:     time.Second,
-		WriteTimeout:    time.Second,
-		PoolSize:        8,
-		DisableIdentity: true,
+		Addrs:                 c.Addrs(),
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		PoolSize:              8,
+		DisableIdentity:       true,
+		ContextTimeoutEnabled: true,
 	}
 	for _, f := range opts {
 		f(o)

@@ -401,7 +401,9 @@ func (s *Server) Close() error {
 // not know it). opts may change any field. The caller closes the client.
 //
 // go-redis ignores a context's deadline on socket reads unless
-// ContextTimeoutEnabled is set; the defaults leave it off, as a user's client would.
+// ContextTimeoutEnabled is set; the defaults leave it off, so that the tests
+// of reads bounded by ReadTimeout alone need no option (redlock.New refuses
+// such a client; [Clients] sets it).
 // After PoolSize failed dials (a killed server), go-redis starts a redial probe
 // that can outlive Close by about one second.
 func (s *Server) Client(opts ...func(*redis.Options)) *redis.Client {

@@ -53,7 +53,9 @@ func Start(tb testing.TB, n int, opts ...Options) []*Server {
 }
 
 // Clients returns one [Server.Client] per server, closed in tb.Cleanup (before
-// the servers, if they came from [Start] earlier in the same test). Each client
+// the servers, if they came from [Start] earlier in the same test), with
+// ContextTimeoutEnabled set: with MaxRetries -1, the settings redlock.New
+// requires of a master's client. Each client
 // has sent one PING, so it holds an open connection and a test's first command
 // does not pay for the dial and handshake (several round trips, which can exceed
 // a few-millisecond node timeout under -race on a busy machine). It calls
@@ -62,7 +64,7 @@ func Clients(tb testing.TB, servers []*Server) []redis.UniversalClient {
 	tb.Helper()
 	clients := make([]redis.UniversalClient, len(servers))
 	for i, s := range servers {
-		clients[i] = s.Client()
+		clients[i] = s.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	}
 	tb.Cleanup(func() {
 		for _, c := range clients {

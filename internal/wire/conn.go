@@ -2,10 +2,17 @@ package wire
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"net"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -164,6 +171,12 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, st
 	})
 	replied := time.Now()
 	if !t.killed(kills) {
+		if err != nil {
+			// Why the master did not run it, a deadline that passed above
+			// all: the root tells a timeout at its caller's deadline by it
+			// (TestCallersDeadlineEndsACallWhoseMastersOweABarrier).
+			return 0, "", "", fmt.Errorf("%w (%w)", errBarrier, err)
+		}
 		return 0, "", "", errBarrier
 	}
 	stamp([]redis.Cmder{info, server}, err)
@@ -247,4 +260,77 @@ func (t *redisTransport) idleFor() time.Duration {
 		return t.idle
 	}
 	return bareIdle
+}
+
+// A dialWatch is the go-redis hook through which the wires of a standalone
+// master's client see every dial of that client fail (a refused
+// connection, a TLS handshake): go-redis dials on a goroutine of its own
+// and, when the request's deadline passes first, says only that the
+// deadline passed, so without it the cause would reach nothing but
+// go-redis's log. ProcessHook and ProcessPipelineHook return next. go-redis
+// cannot remove a hook, so a client gets one dialWatch however many
+// Clients are built over it (watchDials), and a closed Master's state is
+// let go (unwatch). (TestRefusedMastersNameTheirCause,
+// TestOneDialHookPerGoRedisClient)
+type dialWatch struct {
+	mu  sync.Mutex
+	sts atomic.Pointer[[]*state] // the states of the Masters over the client; read without mu
+}
+
+// dialWatches has the dialWatch of each go-redis client it was added to,
+// by a weak pointer to the client: an entry goes when its client is
+// collected.
+var dialWatches sync.Map // weak.Pointer[redis.Client] -> *dialWatch
+
+// watchDials makes st see the dial failures of std, adding the client's
+// one dialWatch the first time.
+func watchDials(std *redis.Client, st *state) *dialWatch {
+	k := weak.Make(std)
+	w, loaded := dialWatches.LoadOrStore(k, new(dialWatch))
+	dw := w.(*dialWatch)
+	if !loaded {
+		std.AddHook(dw)
+		runtime.AddCleanup(std, func(k weak.Pointer[redis.Client]) { dialWatches.Delete(k) }, k)
+	}
+	dw.mu.Lock()
+	var sts []*state
+	if old := dw.sts.Load(); old != nil {
+		sts = slices.Clone(*old)
+	}
+	sts = append(sts, st)
+	dw.sts.Store(&sts)
+	dw.mu.Unlock()
+	return dw
+}
+
+// unwatch stops st seeing w's dials, and lets go of it.
+func (w *dialWatch) unwatch(st *state) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.sts.Load()
+	if old == nil {
+		return
+	}
+	sts := slices.DeleteFunc(slices.Clone(*old), func(s *state) bool { return s == st })
+	w.sts.Store(&sts)
+}
+
+func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			if sts := w.sts.Load(); sts != nil {
+				for _, st := range *sts {
+					st.sawFailure(err)
+				}
+			}
+		}
+		return c, err
+	}
+}
+
+func (w *dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (w *dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -93,6 +93,7 @@ type Master struct {
 	ackWait time.Duration
 	budget  time.Duration // bounds a tick's (and Close's) sending of kept Releases
 	idle    time.Duration // Config.ConnIdle
+	dials   *dialWatch    // the hook that sees a standalone client's dials fail; nil on a Cluster
 }
 
 // NewMaster starts the wire to the master behind rdb, with its lane's
@@ -122,6 +123,11 @@ func NewMaster(rdb redis.UniversalClient, cfg Config) *Master {
 	// A Cluster master gets a lane per shard besides (shards.go).
 	m.cluster, _ = rdb.(*redis.ClusterClient)
 	m.st.told.Store(m.cluster != nil) // no connection of its own asks it
+	if std, ok := rdb.(*redis.Client); ok {
+		// The one hook this package adds to the application's client,
+		// once per client: dial failures (dialWatch).
+		m.dials = watchDials(std, &m.st)
+	}
 	m.lane = m.newLane()
 	return m
 }
@@ -167,6 +173,9 @@ func (m *Master) Send(o *Op, idx int, sink Sink) {
 // Close makes the master's lanes exit once they have sent what is queued;
 // their workers end after one last sending of the kept Releases.
 func (m *Master) Close() {
+	if m.dials != nil {
+		m.dials.unwatch(&m.st)
+	}
 	m.lane.close()
 	m.closeShards()
 }

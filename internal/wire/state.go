@@ -1,9 +1,16 @@
 package wire
 
 import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A state is what the transports of one master learn of it, shared by the
@@ -42,7 +49,101 @@ type state struct {
 	// slotsKnown says, on a Cluster master, that go-redis has its slot
 	// map: the shards' lanes may be used (shards.go).
 	slotsKnown atomic.Bool
+	// fail is the last failure seen of the master (sawFailure), for the
+	// error of a request the master did not answer in time (Cause).
+	fail atomic.Pointer[failure]
 }
+
+// A failure is an error seen of a master, and when.
+type failure struct {
+	err error
+	at  time.Time
+}
+
+// sawFailure records err, a failure of the master's (a dial error, a TLS
+// handshake's, an error reply that says it runs nothing or refuses us:
+// WRONGPASS, NOPERM, LOADING, READONLY), as its last. A timeout says
+// nothing more than the timeout that reports it, and is not recorded.
+// Only a failure allocates: the hot path, where nothing fails, records
+// nothing. (TestRefusedMastersNameTheirCause, TestWireKeepsTheLastCauseOfAFailure)
+func (st *state) sawFailure(err error) {
+	if err == nil || !telling(err) {
+		return
+	}
+	st.fail.Store(&failure{err: err, at: time.Now()})
+}
+
+// cause returns the last failure seen of the master at or after since;
+// nil when none was, so a failure of an earlier outage is never blamed.
+func (st *state) cause(since time.Time) error {
+	f := st.fail.Load()
+	if f == nil || f.at.Before(since) {
+		return nil
+	}
+	return f.err
+}
+
+// telling reports whether err says why a master failed, beyond a timeout:
+// not a deadline that passed, a context that ended, a request this package
+// dropped, or a closing client.
+func telling(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" && !errors.Is(err, context.Canceled) {
+		return true // a dial that timed out says the master cannot be reached
+	}
+	return !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, ErrNoReply) && !errors.Is(err, ErrClosed) &&
+		!isTimeout(err) && err != redis.Nil && err != redis.ErrClosed
+}
+
+// isTimeout reports whether err is a network timeout (a net.Error that
+// says so: an i/o timeout, a dial that timed out).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// withCause returns err, a failure to get an answer that says no more
+// than a timeout (a request not answered, dropped in the queue, a take
+// that timed out while go-redis went on dialing on a goroutine of its
+// own), with the master's last failure seen at or after since, when there
+// is one: the text names it, and errors.Is and errors.As reach it.
+// (TestRefusedMastersNameTheirCause)
+func withCause(err error, st *state, since time.Time) error {
+	if telling(err) && !errors.Is(err, ErrNoReply) || errors.Is(err, ErrClosed) {
+		return err
+	}
+	c := st.cause(since)
+	if c == nil || errors.Is(err, c) {
+		return err
+	}
+	return &Caused{Err: err, Cause: c}
+}
+
+// A Caused is a failure to get a master's answer in time (Err) with the
+// last failure the master's wire saw before it (Cause): a refused
+// connection, a TLS handshake, WRONGPASS, LOADING.
+type Caused struct {
+	Err   error
+	Cause error
+}
+
+func (e *Caused) Error() string {
+	return e.Err.Error() + "; last error from the master: " + strings.TrimPrefix(e.Cause.Error(), "redlock: ")
+}
+
+func (e *Caused) Unwrap() []error { return []error{e.Err, e.Cause} }
+
+// Cause returns the last failure the master's wire saw at or after since
+// (a dial error, a TLS failure, WRONGPASS, NOPERM, LOADING, READONLY);
+// nil when none was. The root names it in the error of a master that did
+// not answer in time.
+func (m *Master) Cause(since time.Time) error { return m.st.cause(since) }
+
+// WithCause returns err, the failure of a master that did not answer in
+// time (a timeout, ErrNoReply), with the last failure its wire saw at or
+// after since, if any; any other error as it is.
+func (m *Master) WithCause(err error, since time.Time) error { return withCause(err, &m.st, since) }
 
 // sawRunID records the run_id a fresh connection read, and notes a
 // restart when it differs from the one known before.

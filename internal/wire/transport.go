@@ -97,12 +97,32 @@ type redisTransport struct {
 
 // deadlineCtx is the context a batch runs on: a deadline for go-redis's
 // socket timeouts without a timer (nothing ever cancels it), and, for a
-// batch of one caller's request, that caller's values, so that a go-redis
-// hook sees the caller's span as its parent. A batch of several callers'
-// requests carries none: a pipeline hook sees one context for the batch.
+// batch of one caller's requests, that caller's values, so that a go-redis
+// hook sees the caller's span as its parent (a Release's last request and
+// the same caller's next call can share a batch). A batch of several
+// callers' requests carries none: a pipeline hook sees one context for the
+// batch. (TestBatchCarriesItsOneCallersValues)
 type deadlineCtx struct {
 	at   time.Time
 	vals context.Context // nil, or the one caller's context
+}
+
+// oneCaller returns the context every request of batch carries, or nil
+// when they carry different ones (or a context of a type == cannot
+// compare).
+func oneCaller(batch []*request) (vals context.Context) {
+	defer func() {
+		if recover() != nil {
+			vals = nil
+		}
+	}()
+	vals = batch[0].op.Vals
+	for _, r := range batch[1:] {
+		if r.op.Vals != vals {
+			return nil
+		}
+	}
+	return vals
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
@@ -122,10 +142,7 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		at = later(at, r.op.Deadline)
 		scripts = scripts || r.kind() != KindAcquire
 	}
-	t.ctx = deadlineCtx{at: at}
-	if len(batch) == 1 {
-		t.ctx.vals = batch[0].op.Vals
-	}
+	t.ctx = deadlineCtx{at: at, vals: oneCaller(batch)}
 	ctx := &t.ctx // a pointer: no allocation to make it a context.Context
 	skew := t.st.clock.Load()
 	for _, r := range batch {
@@ -175,11 +192,22 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 	}
 	for _, r := range batch {
 		r.val, r.err = r.result(t.st)
+		if r.err != nil && r.err != ErrTaken && r.err != ErrAbsent && r.err != ErrPastValidity {
+			t.failed(r)
+		}
 		if r.err == ErrPastValidity && t.conn != nil && t.st.clockKnown.Load() {
 			t.giveBack() // the clock offset is stale: the next connection measures it again (state.sawClock)
 		}
 	}
 	t.keep(batch)
+}
+
+// failed notes r's failure as the master's last when it says why
+// (state.sawFailure): the root names it in the error of a request of the
+// master's that timed out (Master.WithCause).
+// (TestRefusedMastersNameTheirCause, TestWireKeepsTheLastCauseOfAFailure)
+func (t *redisTransport) failed(r *request) {
+	t.st.sawFailure(r.err)
 }
 
 // closedConn returns the requests of batch that failed because the master

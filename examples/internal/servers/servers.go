@@ -56,7 +56,7 @@ func (s *Set) Add(ctx context.Context, addr string) (*redis.Client, error) {
 		s.servers = append(s.servers, m)
 		addr = m.Addr()
 	}
-	c := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(addr)})
+	c := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(addr), MaxRetries: -1, ContextTimeoutEnabled: true})
 	s.clients = append(s.clients, c)
 	if err := c.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis %s: %w", addr, err)
