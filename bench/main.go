@@ -55,7 +55,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measured time of each contender in each cell and repeat")
 	flag.DurationVar(&o.warmup, "warmup", -1, "unmeasured run before each measurement (default duration/5, at most 1s)")
 	flag.IntVar(&o.repeats, "repeats", 3, "repeats of each cell; the contenders' order alternates between repeats")
-	flag.BoolVar(&o.smoke, "smoke", false, "CI mode: every cell for 300ms, 1 repeat; exits non-zero on any error, any refusal on fresh keys, any overlap, a contender with no cycle, or a missed allocation target")
+	flag.BoolVar(&o.smoke, "smoke", false, "CI mode: every cell for 150ms, 1 repeat; exits non-zero on any error, any refusal on fresh keys, any overlap, a contender with no cycle, or a missed allocation target")
 	flag.StringVar(&o.cells, "cells", "", "regexp: run only cells whose name matches, e.g. 'n5-g64' or 'n1-.*-contended'")
 	flag.StringVar(&o.contenders, "contenders", "", "regexp: run only contenders whose name matches, e.g. '^redlock'")
 	flag.DurationVar(&o.ttl, "ttl", 10*time.Second, "lock TTL")
@@ -125,15 +125,15 @@ func (o *options) finish(latencies string) error {
 		return errors.New("-prefix must not be empty")
 	}
 	if o.smoke {
-		o.duration, o.repeats = 300*time.Millisecond, 1
+		o.duration, o.repeats = 150*time.Millisecond, 1
 		if o.warmup < 0 {
-			o.warmup = 50 * time.Millisecond
+			o.warmup = 30 * time.Millisecond
 		}
 		if len(o.latencies) > 1 {
 			o.latencies = o.latencies[:1] // the code path, not the figures
 		}
 		if o.rbRequests == 0 {
-			o.rbRequests = 100_000
+			o.rbRequests = 20_000 // the ceiling's code path, not its figure
 		}
 		if o.hold < 0 {
 			o.hold = 100 * time.Microsecond
