@@ -199,7 +199,7 @@ type advClient struct {
 	single   bool // NewSingle over master 0
 	failover bool // NewSingle over the Sentinel pair, WithReplicaAcks
 	nt       time.Duration
-	def      bool // user-default go-redis clients (1s timeouts, no context deadlines on sockets)
+	def      bool // user-default go-redis clients (1s socket timeouts, and the two settings New requires)
 	ms       []redis.UniversalClient
 	px       []*Proxy
 	hooks    []*panicHook

@@ -232,7 +232,7 @@ func stalledMinorities(t *testing.T, sub *subject) {
 	if sub.runs("default-clients") {
 		t.Run("default-clients", func(t *testing.T) {
 			r := newRow(t, sub, "S4 stalled-minority/default-clients", "MUST",
-				"same, go-redis clients as users make them (1s timeouts, no ContextTimeoutEnabled)",
+				"same, go-redis clients as users make them (1s socket timeouts, and the two settings New requires)",
 				"same: the node timeout, not the client's, bounds each call; Close bounded")
 			stalledMinority(t, r, defaultClient)
 		})
