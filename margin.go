@@ -47,9 +47,7 @@ const maxDefaultCancelMargin = 10 * time.Second
 
 type cancelMargin time.Duration
 
-// applyObtain does nothing: the watchdog's calls read the option from
-// their options themselves (cancelMarginOf).
-func (cancelMargin) applyObtain(*obtainConfig) {}
+func (m cancelMargin) applyObtain(c *obtainConfig) { c.margin, c.marginSet = time.Duration(m), true }
 
 // WithCancelMargin makes [Client.Do], [Lock.Do] and [Lock.KeepAlive]
 // cancel the work's context once the lock's validity left is down to d
@@ -75,28 +73,23 @@ func (cancelMargin) applyObtain(*obtainConfig) {}
 // allowance; so also under the TTL. Otherwise the call returns an error
 // matching [ErrInvalidArgument]. The renewals themselves are scheduled to
 // end before the margin. The [Observer] gets a [LostEvent] with Reason
-// [RanOut] and the cause. [Client.Obtain] does not use it.
+// [RanOut] and the cause. [Client.Obtain] refuses it (ErrInvalidArgument).
 func WithCancelMargin(d time.Duration) ObtainOption { return cancelMargin(d) }
 
-// cancelMarginOf returns the cancel margin opts set (the last
-// WithCancelMargin), else the default, for a lock of ttl renewed every
-// every (0: ttl/3); an error matching ErrInvalidArgument when the margin
-// set is out of range.
-func cancelMarginOf(opts []ObtainOption, ttl, every time.Duration, cfg *config) (time.Duration, error) {
+// cancelMargin returns the cancel margin c sets (the last
+// WithCancelMargin), else the default, for a lock of ttl; an error
+// matching ErrInvalidArgument when the margin set is out of range.
+func (c *obtainConfig) cancelMargin(ttl time.Duration, cfg *config) (time.Duration, error) {
+	every := c.renewEvery
 	if every == 0 {
 		every = ttl / 3
 	}
 	valid := ttl - cfg.drift(ttl)
 	renew := renewMargin(ttl, cfg)
-	d, set := time.Duration(0), false
-	for _, o := range opts {
-		if m, ok := o.(cancelMargin); ok {
-			d, set = time.Duration(m), true
-		}
-	}
-	if !set {
+	if !c.marginSet {
 		return max(0, min(ttl/10, maxDefaultCancelMargin, (valid-every-renew)/2)), nil
 	}
+	d := c.margin
 	if d < 0 || d >= ttl {
 		return 0, invalid("cancel margin must be in [0, ttl %v), got %v", ttl, d)
 	}

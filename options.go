@@ -254,6 +254,9 @@ type obtainConfig struct {
 	holdAtLeast time.Duration // 0: Release deletes at once
 	renewEvery  time.Duration // 0: ttl/3
 	maxHold     time.Duration // 0: no cap
+	margin      time.Duration // WithCancelMargin, when marginSet
+	marginSet   bool
+	tell        time.Duration // the cancel margin in force: set by checkWatchdog
 	set         *keySet       // the keys of ObtainMulti and DoMulti; nil for one key
 }
 
@@ -262,7 +265,7 @@ type optionUse uint8
 
 const (
 	forObtain   optionUse = 1 << iota // WithRetry
-	forWatchdog                       // WithRenewEvery, WithMaxHold
+	forWatchdog                       // WithRenewEvery, WithMaxHold, WithCancelMargin
 	forSet                            // ObtainMulti, DoMulti: not WithWait
 )
 
@@ -301,8 +304,8 @@ func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
 	if oc.holdAtLeast < 0 {
 		return oc, invalid("hold-at-least must be > 0")
 	}
-	if (oc.renewEvery != 0 || oc.maxHold != 0) && use&forWatchdog == 0 {
-		return oc, invalid("WithRenewEvery and WithMaxHold apply to Do and KeepAlive, which renew the lock; Obtain does not")
+	if (oc.renewEvery != 0 || oc.maxHold != 0 || oc.marginSet) && use&forWatchdog == 0 {
+		return oc, invalid("WithRenewEvery, WithMaxHold and WithCancelMargin apply to Do and KeepAlive, which renew the lock; Obtain does not")
 	}
 	return oc, nil
 }
@@ -322,7 +325,9 @@ func (c *obtainConfig) checkWatchdog(ttl time.Duration, cfg *config) error {
 	if c.maxHold < 0 {
 		return invalid("max hold time must be > 0, got %v", c.maxHold)
 	}
-	return nil
+	tell, err := c.cancelMargin(ttl, cfg)
+	c.tell = tell
+	return err
 }
 
 // renewMargin is the time a renewal of a lock of ttl must be given before

@@ -69,10 +69,6 @@ func (c *Client) doOn(ctx context.Context, key string, set *keySet, use optionUs
 	if err := oc.checkWatchdog(ttl, &c.cfg); err != nil {
 		return err
 	}
-	tell, err := cancelMarginOf(opts, ttl, oc.renewEvery, &c.cfg)
-	if err != nil {
-		return err
-	}
 	if !c.enter() {
 		return c.closedObtain(ErrClosed)
 	}
@@ -81,7 +77,7 @@ func (c *Client) doOn(ctx context.Context, key string, set *keySet, use optionUs
 	if err != nil {
 		return err
 	}
-	return lock.do(ctx, ttl, oc, tell, fn)
+	return lock.do(ctx, ttl, oc, fn)
 }
 
 // Do runs fn while a watchdog renews l, and releases l when fn returns,
@@ -113,10 +109,6 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error, opts 
 	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
 		return err
 	}
-	tell, err := cancelMarginOf(opts, ttl, oc.renewEvery, &l.c.cfg)
-	if err != nil {
-		return err
-	}
 	if !l.c.enter() {
 		return ErrClosed
 	}
@@ -124,13 +116,13 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error, opts 
 	if l.released.Load() || l.Validity() == 0 {
 		return fmt.Errorf("%w: the lock was released or its validity ran out before Do", ErrLockLost)
 	}
-	return l.do(ctx, ttl, oc, tell, fn)
+	return l.do(ctx, ttl, oc, fn)
 }
 
 // do runs fn under a watchdog renewing l for ttl at a time, that tells fn
-// when the validity is down to tell, and releases l.
-func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, tell time.Duration, fn func(ctx context.Context) error) (err error) {
-	wctx, stop := l.keepAlive(ctx, ttl, oc, tell, nil)
+// when the validity is down to the cancel margin (oc.tell), and releases l.
+func (l *Lock) do(ctx context.Context, ttl time.Duration, oc obtainConfig, fn func(ctx context.Context) error) (err error) {
+	wctx, stop := l.keepAlive(ctx, ttl, oc, nil)
 	defer func() {
 		p := recover()
 		stop()
@@ -188,14 +180,10 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...ObtainOption) (context.Con
 	if err := oc.checkWatchdog(ttl, &l.c.cfg); err != nil {
 		return nil, nil, err
 	}
-	tell, err := cancelMarginOf(opts, ttl, oc.renewEvery, &l.c.cfg)
-	if err != nil {
-		return nil, nil, err
-	}
 	if !l.c.enter() {
 		return nil, nil, ErrClosed
 	}
-	wctx, stop := l.keepAlive(ctx, ttl, oc, tell, l.c.dos.Done)
+	wctx, stop := l.keepAlive(ctx, ttl, oc, l.c.dos.Done)
 	var once sync.Once
 	return wctx, func() { once.Do(stop) }, nil
 }
@@ -230,11 +218,11 @@ type watchdog struct {
 }
 
 // keepAlive starts a watchdog that renews l for ttl at a time and tells
-// the work when the validity is down to tell; exit, if not nil, runs when
+// the work when the validity is down to the cancel margin (oc.tell); exit, if not nil, runs when
 // its goroutine ends.
-func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig, tell time.Duration, exit func()) (context.Context, func()) {
+func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig, exit func()) (context.Context, func()) {
 	wctx, lost := context.WithCancelCause(ctx)
-	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, tell: tell, lost: lost, done: make(chan struct{}), renewed: l.obtained}
+	w := &watchdog{l: l, ttl: ttl, every: oc.renewEvery, maxHold: oc.maxHold, tell: oc.tell, lost: lost, done: make(chan struct{}), renewed: l.obtained}
 	if w.every == 0 {
 		w.every = ttl / 3
 	}

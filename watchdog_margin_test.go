@@ -133,8 +133,8 @@ func TestHealthyRenewalsNeverCancelTheWorkEarly(t *testing.T) {
 
 // TestCancelMarginOutsideItsRangeIsRefused: a margin below 0, of the TTL
 // or more, or leaving a renewal no time before it, is refused by Do,
-// Lock.Do and KeepAlive with ErrInvalidArgument, fn not called; 0 and one
-// in range are taken.
+// Lock.Do and KeepAlive with ErrInvalidArgument, fn not called; Obtain,
+// which does not use it, refuses any; 0 and one in range are taken.
 func TestCancelMarginOutsideItsRangeIsRefused(t *testing.T) {
 	ctx := context.Background()
 	const ttl = time.Second
@@ -158,6 +158,9 @@ func TestCancelMarginOutsideItsRangeIsRefused(t *testing.T) {
 		if err := lk.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := c.Obtain(ctx, "k", ttl, redlock.WithCancelMargin(100*time.Millisecond)); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("Obtain with a cancel margin, which it does not use: %v, want ErrInvalidArgument", err)
 	}
 	for _, d := range []time.Duration{0, 100 * time.Millisecond, 550 * time.Millisecond} {
 		if err := c.Do(ctx, "k", ttl, func(context.Context) error { return nil }, redlock.WithCancelMargin(d)); err != nil {
