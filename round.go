@@ -296,7 +296,7 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 		case r.err == errSkipped: // dropped because ctx ended: say why
 			r.err = fmt.Errorf("%w (%w)", errNoReply, context.Cause(ctx))
 			rd.endedBy(ctx)
-		case r.err != nil && rd.ended == nil && timedOut(r.err):
+		case r.err != nil && rd.ended == nil && errors.Is(r.err, context.DeadlineExceeded): // a socket timeout too (replyErr)
 			// A master's timeout at the caller's own deadline (shorter than
 			// the node timeout) is the caller's doing, not the master's
 			// (TestCallerDeadlineShorterThanTheNodeTimeoutIsTheCallers).
@@ -307,11 +307,6 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 		}
 		rd.record(r)
 	}
-}
-
-// timedOut reports whether err is a timeout: a deadline that passed.
-func timedOut(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // record counts r in rd's outcome.
