@@ -32,6 +32,7 @@ func cancelMarginScenario(t *testing.T, sub *subject) {
 		margin   time.Duration // asked
 		opts     []Opt
 		held     chan struct{}
+		bDone    chan struct{} // closed once B has its grant, or gave up
 		cancelAt time.Time
 		cause    error
 		doErr    error
@@ -47,6 +48,7 @@ func cancelMarginScenario(t *testing.T, sub *subject) {
 	var wg sync.WaitGroup
 	for _, rn := range runs {
 		rn.held = make(chan struct{})
+		rn.bDone = make(chan struct{})
 		wg.Go(func() {
 			// Bounded: a Do that never gets the masters fails the row.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*ttl)
@@ -59,6 +61,13 @@ func cancelMarginScenario(t *testing.T, sub *subject) {
 				case <-time.After(3 * ttl):
 				}
 				rn.cancelAt, rn.cause = time.Now(), context.Cause(ctx)
+				// The work overruns its notice until B's grant: fn's return
+				// would release the lock (Do does), and B then obtains by
+				// A's Release, not by the keys' expiry the margin is about.
+				select {
+				case <-rn.bDone:
+				case <-time.After(3 * ttl):
+				}
 				return nil
 			}, append(rn.opts, RetryEvery(20*time.Millisecond))...)
 		})
@@ -82,6 +91,7 @@ func cancelMarginScenario(t *testing.T, sub *subject) {
 	close(cut)
 	for _, rn := range runs {
 		wg.Go(func() { // B polls while A is cut off from the majority
+			defer close(rn.bDone)
 			bctx, cancel := context.WithTimeout(context.Background(), 3*ttl)
 			defer cancel()
 			l, err := b.Obtain(bctx, rn.key, ttl, RetryEvery(10*time.Millisecond))
