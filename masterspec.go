@@ -7,16 +7,22 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // MasterOptions returns go-redis options for one master, read from spec:
 // "host:port" ("host" alone means port 6379), or a URL:
 // redis://[user:password@]host:port[/db], rediss://... for TLS, or
 // unix:///path/to/socket. They are set as the library needs them
-// (MaxRetries: -1, ContextTimeoutEnabled: true; see [New]); change what
-// else you need (TLS settings, pool size, timeouts) before
-// redis.NewClient. An error never repeats a password: it names the master
-// by its host and port (or socket path) alone.
+// (MaxRetries: -1, ContextTimeoutEnabled: true; see [New]), and with
+// go-redis's maintenance notifications off: the node timeout, not timeouts
+// relaxed during a server's maintenance, bounds each request, and with
+// them on, go-redis v9 clients of servers that refuse the handshake (Redis
+// before 8) race on their own options when two connections dial at once
+// (TestMasterOptionsClientsDialAtOnceWithoutARace). Change what else you
+// need (TLS settings, pool size, timeouts) before redis.NewClient. An
+// error never repeats a password: it names the master by its host and port
+// (or socket path) alone.
 func MasterOptions(spec string) (*redis.Options, error) {
 	o, err := parseMaster(strings.TrimSpace(spec))
 	if err != nil {
@@ -24,6 +30,7 @@ func MasterOptions(spec string) (*redis.Options, error) {
 	}
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return o, nil
 }
 

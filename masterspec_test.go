@@ -1,18 +1,24 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 // MasterOptions: the master specs it parses.
 
 // TestMasterOptions: MasterOptions takes an address, a host, a redis:// URL
-// with its user and password, and a unix:// socket, with MaxRetries -1 and
-// ContextTimeoutEnabled set; it refuses a bad spec without showing its
+// with its user and password, and a unix:// socket, with MaxRetries -1,
+// ContextTimeoutEnabled set and maintenance notifications off; it refuses a bad spec without showing its
 // password; NewMasters makes a client per spec.
 func TestMasterOptions(t *testing.T) {
 	t.Parallel()
@@ -33,6 +39,9 @@ func TestMasterOptions(t *testing.T) {
 		if o.MaxRetries != -1 || !o.ContextTimeoutEnabled {
 			t.Errorf("%s: MaxRetries %d ContextTimeoutEnabled %v, want -1 and true", tc.spec, o.MaxRetries, o.ContextTimeoutEnabled)
 		}
+		if o.MaintNotificationsConfig == nil || o.MaintNotificationsConfig.Mode != maintnotifications.ModeDisabled {
+			t.Errorf("%s: maintenance notifications %+v, want disabled", tc.spec, o.MaintNotificationsConfig)
+		}
 	}
 	for _, bad := range []string{"", "redis://user:pa%ss@host:1", "redis://:sec/ret@host:1", "rediss://x:topsecret@[::1", "http://h:1"} {
 		_, err := redlock.MasterOptions(bad)
@@ -49,5 +58,33 @@ func TestMasterOptions(t *testing.T) {
 	}
 	for _, c := range clients {
 		c.Close()
+	}
+}
+
+// TestMasterOptionsClientsDialAtOnceWithoutARace: a client made from
+// MasterOptions dials several connections at once (as a Client's lanes and
+// a user's own commands do) against a real redis-server, which refuses
+// go-redis's maintenance-notifications handshake, with no data race: -race
+// fails the test otherwise.
+func TestMasterOptionsClientsDialAtOnceWithoutARace(t *testing.T) {
+	servers := redistest.Start(t, 1)
+	for range 10 {
+		o, err := redlock.MasterOptions(servers[0].Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(o)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				c := rdb.Conn()
+				defer c.Close()
+				if err := c.Ping(context.Background()).Err(); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		rdb.Close()
 	}
 }
