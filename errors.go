@@ -68,8 +68,9 @@ var (
 	// [ErrNotObtained], never [ErrUnavailable]).
 	ErrClosed = errors.New("redlock: client closed")
 
-	// ErrInvalidArgument marks bad input (an empty key, a TTL under 1 ms, a
-	// nil or duplicate master, ...). It never matches [ErrNotObtained].
+	// ErrInvalidArgument marks bad input (an empty key, a TTL too short to
+	// keep validity past one request to a master, a nil or duplicate
+	// master, ...). It never matches [ErrNotObtained].
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 )
 

@@ -18,8 +18,8 @@ import (
 // resource must refuse a write whose fence is lower than one it has already
 // accepted, so a holder that paused past its lease (and whose lock was
 // granted to someone else meanwhile) cannot overwrite the newer holder's
-// work. FencedWrite does that for a resource kept in Redis; for SQL, see the
-// README (a conditional UPDATE ... WHERE fence <= $1).
+// work. FencedWrite does that for a resource kept in Redis; for SQL, see
+// docs/fencing.md (a conditional UPDATE ... WHERE fence <= $1).
 
 // ErrStaleFence matches a write refused because its fence is lower than
 // the highest the resource has seen; the error is a [*StaleFenceError].

@@ -32,8 +32,10 @@ import (
 // says more (who holds the lock).
 //
 // A TTL with a fraction of a millisecond is rounded up. Invalid input (an
-// empty key, a TTL under 1 ms or not above the drift allowance, a nil
-// context, an option Obtain does not take) returns an error matching
+// empty key, a TTL too short to keep validity past one request to a master
+// (under 23ms with the default drift factor: the error names the least
+// that works), a nil context, an option Obtain does not take) returns an
+// error matching
 // [ErrInvalidArgument] before any request is sent.
 func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
 	ttl, err := c.check(ctx, key, ttl)

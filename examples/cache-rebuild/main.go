@@ -345,7 +345,7 @@ waited        lost the race and waited (-wait) for the winner's release
 	if len(d.cfg.masters) == 0 {
 		fmt.Fprintln(d.out, "Try -masters host:port,...: real Redis masters (one address: a single-instance lock).")
 	}
-	fmt.Fprintln(d.out, "Read next: README.md, \"Quick start\", then \"Waiting for a lock, and for a release, without polling\".")
+	fmt.Fprintln(d.out, "Read next: README.md, \"Quick start\", then docs/waiting.md.")
 }
 
 func (d *demo) printf(format string, args ...any) {

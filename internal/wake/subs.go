@@ -334,7 +334,7 @@ func (s *Subs) run(x *sub) {
 		if wire.RefusedCommand(err) {
 			// The master's user may not subscribe (or the server does not
 			// know the command): it is up, so no reset is to be heard
-			// soon; try once a second (README).
+			// soon; try once a second (docs/waiting.md).
 			delay = min(2*delay, time.Second)
 		} else {
 			delay = min(2*delay, retryMax)
@@ -404,7 +404,7 @@ func (s *Subs) listen(x *sub, ps *redis.PubSub, delay *time.Duration) (err error
 		if own != "" && err != nil && wire.RefusedCommand(err) && s.isReady(x) {
 			// The wake channel is confirmed and the user may not
 			// subscribe to the Client's own: no probe on this
-			// subscription (README; TestProbeChannelRefusedKeepsWaiting).
+			// subscription (docs/waiting.md; TestProbeChannelRefusedKeepsWaiting).
 			own, err = "", nil
 			continue
 		}
