@@ -440,8 +440,13 @@ func run(ctx context.Context, o options) (int, error) {
 	if err := writeReport(o.out, rep); err != nil {
 		return 1, err
 	}
-	fmt.Fprintf(logOut, "bench: wrote %s\n", strings.Join([]string{
-		filepath.Join(o.out, "report.md"), filepath.Join(o.out, "report.json"), filepath.Join(o.out, "chart.svg")}, ", "))
+	wrote := []string{filepath.Join(o.out, "report.md"), filepath.Join(o.out, "report.json"), filepath.Join(o.out, "chart.svg")}
+	if headline, err := writeHeadline(o.out, rep); err != nil {
+		return 1, err
+	} else if headline {
+		wrote = append(wrote, filepath.Join(o.out, "headline.svg"))
+	}
+	fmt.Fprintf(logOut, "bench: wrote %s\n", strings.Join(wrote, ", "))
 
 	if problems := smokeProblems(rep); len(problems) > 0 {
 		for _, p := range problems {

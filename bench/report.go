@@ -126,6 +126,9 @@ func writeMarkdown(w io.Writer, r *report) error {
 	writeTargetsRanAgainst(&b, r)
 	b.WriteString("## Reading\n\n")
 	writeReading(&b, r)
+	if buildHeadline(r).ok {
+		b.WriteString("\n![locks/s and Redis CPU per lock of redlock and the other locks in the headline cells](headline.svg)\n")
+	}
 	b.WriteString("\n![cycles/s and cycles per Redis core, per contender per cell](chart.svg)\n\n")
 
 	b.WriteString("## Throughput\n\n")
