@@ -2,6 +2,10 @@ module github.com/redlock-go/redlock/bench
 
 go 1.26.0
 
+// The replace directive builds this module against the library in this
+// working tree; it applies only inside the repository (the go command ignores
+// a dependency's replace). Elsewhere the require below names the library at a
+// commit of this repository, which scripts/check-modules.sh checks.
 replace github.com/redlock-go/redlock => ../
 
 require (
@@ -9,7 +13,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.0.0-20261203163830-8ff7f79d7af8
 )
 
 require (

@@ -2,12 +2,16 @@ module github.com/redlock-go/redlock/chaos
 
 go 1.26.0
 
+// The replace directive builds this module against the library in this
+// working tree; it applies only inside the repository (the go command ignores
+// a dependency's replace). Elsewhere the require below names the library at a
+// commit of this repository, which scripts/check-modules.sh checks.
 replace github.com/redlock-go/redlock => ../
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.0.0-20261203163830-8ff7f79d7af8
 	github.com/rs/zerolog v1.33.0
 	go.uber.org/goleak v1.3.0
 )

@@ -2,11 +2,15 @@ module github.com/redlock-go/redlock/redlockotel
 
 go 1.26.0
 
+// The replace directive builds this module against the library in this
+// working tree; it applies only inside the repository (the go command ignores
+// a dependency's replace). Elsewhere the require below names the library at a
+// commit of this repository, which scripts/check-modules.sh checks.
 replace github.com/redlock-go/redlock => ../
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.0.0-20261203163830-8ff7f79d7af8
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

@@ -2,6 +2,11 @@ module github.com/redlock-go/redlock/examples/metrics
 
 go 1.26.0
 
+// The replace directives build this module against the library in this
+// working tree; they apply only inside the repository (the go command ignores
+// a dependency's replace). Elsewhere the requires below name the library and
+// redlockotel at a commit of this repository, which scripts/check-modules.sh
+// checks.
 replace github.com/redlock-go/redlock => ../../
 
 replace github.com/redlock-go/redlock/redlockotel => ../../redlockotel
@@ -11,8 +16,8 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/prometheus/otlptranslator v1.0.0
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
-	github.com/redlock-go/redlock/redlockotel v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.0.0-20261203163830-8ff7f79d7af8
+	github.com/redlock-go/redlock/redlockotel v0.0.0-20261203163830-8ff7f79d7af8
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
