@@ -45,7 +45,6 @@ const (
 // A job is COMMAND with every process it starts.
 type job struct {
 	guard    *exec.Cmd
-	leader   int      // COMMAND's pid, also its process group's id
 	lifeline *os.File // the write end; closed once the guard has exited
 
 	// mu pins the guard's pid while the job is signalled: follow reaps
@@ -100,7 +99,7 @@ func startJob(command, env []string) (*job, int, error) {
 	word, rest, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
 	switch word {
 	case "start":
-		if j.leader, err = strconv.Atoi(rest); err == nil && j.leader > 0 {
+		if pid, err := strconv.Atoi(rest); err == nil && pid > 0 {
 			go j.follow(rd, repR)
 			return j, 0, nil
 		}
@@ -148,7 +147,7 @@ func (j *job) follow(rd *bufio.Reader, f *os.File) {
 		// The guard died (killed, out of memory): COMMAND died of its
 		// parent-death signal and its other processes are ours now. Kill
 		// them: the job is not followed any more.
-		killTree(os.Getpid(), j.leader)
+		killTree(os.Getpid())
 		j.err = fmt.Errorf("the guard process that followed the command's processes ended (%v); every process of the job was killed", werr)
 	}
 	j.lifeline.Close()
@@ -176,12 +175,12 @@ func (j *job) below(f func(root int)) {
 // signal sends sig to every process of the job.
 func (j *job) signal(sig os.Signal) {
 	if s, ok := sig.(syscall.Signal); ok {
-		j.below(func(root int) { signalTree(root, j.leader, s) })
+		j.below(func(root int) { signalTree(root, s) })
 	}
 }
 
 // stop stops every process of the job; cont continues them.
-func (j *job) stop() { j.below(func(root int) { stopTree(root, j.leader) }) }
+func (j *job) stop() { j.below(func(root int) { stopTree(root) }) }
 func (j *job) cont() { j.signal(syscall.SIGCONT) }
 
 // left returns how many processes of the job are alive.
@@ -268,7 +267,7 @@ func guardMain(args []string) int {
 	case <-reaped:
 	case <-gone:
 		// redlock is gone: so is the lock's renewal.
-		killTree(os.Getpid(), leader)
+		killTree(os.Getpid())
 		<-reaped
 	}
 	return 0

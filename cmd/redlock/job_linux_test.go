@@ -245,10 +245,9 @@ func TestSignalReachesTheWholeJob(t *testing.T) {
 			t.Parallel()
 			masters, clients := cluster(t, 1)
 			// The worker exits 0 on SIGHUP and says so; COMMAND dies of it.
-			// The worker ignores the SIGTERM that follows once COMMAND is
-			// gone: on a loaded machine it could come before the shell
-			// runs its HUP trap (after its sleep ends).
-			worker := `trap "" TERM; trap 'touch "$1/hup"; exit 0' HUP; touch "$1/ready"; while :; do sleep 0.05; done`
+			// The trap's touch, started in answer to the SIGHUP, does not
+			// get it (TestProcessStartedInAnswerToASignalDoesNotGetIt).
+			worker := `trap 'touch "$1/hup"; exit 0' HUP; touch "$1/ready"; while :; do sleep 0.05; done`
 			a, m, dir := startEscaped(t, masters, "sig", nil, esc.launch, worker)
 			signalProc(t, a, syscall.SIGHUP)
 			if code := a.wait(t); code != 128+int(syscall.SIGHUP) {
@@ -259,6 +258,51 @@ func TestSignalReachesTheWholeJob(t *testing.T) {
 			}
 			noneLeft(t, m)
 			assertFree(t, clients, "sig")
+		})
+	}
+}
+
+// A process the job starts in answer to a signal does not get that
+// signal: redlock signals each of the job's process groups once, as kill
+// -SIG -PGID does, also that of a worker in a session of its own or of a
+// daemon. Here each worker's HUP trap runs a helper at once and reports
+// its status: 0 when it ran to its end, 129 when the SIGHUP killed it.
+// Several workers, so that redlock is still signalling the job when the
+// first helpers start.
+func TestProcessStartedInAnswerToASignalDoesNotGetIt(t *testing.T) {
+	t.Parallel()
+	const workers = 4
+	// wait returns as soon as the trapped SIGHUP arrives.
+	worker := `trap 'sleep 0.2 & wait $!; echo $? > "$1/helper-$$"; exit 0' HUP
+touch "$1/ready-$$"
+while :; do sleep 0.05 & wait $!; done`
+	for _, esc := range escapes {
+		t.Run(esc.name, func(t *testing.T) {
+			t.Parallel()
+			masters, clients := cluster(t, 1)
+			dir := t.TempDir()
+			m := marker(t)
+			script := strings.Repeat(esc.launch+"\n", workers) +
+				`while [ "$(ls "$1" | grep -c '^ready-')" -lt ` + strconv.Itoa(workers) + ` ]; do sleep 0.01; done
+touch "$1/started"
+while :; do sleep 0.05; done`
+			a := startAs(t, &syscall.SysProcAttr{Setpgid: true}, nil, args(lockFlags(masters, "answer"), "--", "sh", "-c", script, m, dir, worker)...)
+			waitFile(t, a, filepath.Join(dir, "started"))
+			signalProc(t, a, syscall.SIGHUP)
+			if code := a.wait(t); code != 128+int(syscall.SIGHUP) {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, 128+int(syscall.SIGHUP), a.stderr.String())
+			}
+			helpers, _ := filepath.Glob(filepath.Join(dir, "helper-*"))
+			if len(helpers) != workers {
+				t.Errorf("%d workers ran their HUP trap, want %d", len(helpers), workers)
+			}
+			for _, h := range helpers {
+				if st := strings.TrimSpace(readFile(t, h)); st != "0" {
+					t.Errorf("a helper started in answer to SIGHUP exited %s, want 0: redlock signalled it too", st)
+				}
+			}
+			noneLeft(t, m)
+			assertFree(t, clients, "answer")
 		})
 	}
 }
@@ -327,6 +371,38 @@ func TestCtrlZStopsAndContinuesTheJob(t *testing.T) {
 	}
 	if exists(filepath.Join(dir, "termed")) {
 		t.Error("the job got SIGTERM")
+	}
+	assertFree(t, clients, "z")
+}
+
+// Ctrl-Z while the job starts, before its command runs, stops the job
+// with redlock all the same: redlock is never stopped while its job runs
+// on without renewals. SIGCONT then continues both.
+func TestCtrlZWhileTheJobStartsStopsTheJob(t *testing.T) {
+	t.Parallel()
+	masters, clients := cluster(t, 1)
+	dir := t.TempDir()
+	m := marker(t)
+	script := `while [ ! -e "$1/stop" ]; do sleep 0.02; done`
+	// A TTL long enough that the stop below ends well within it.
+	a := startAs(t, &syscall.SysProcAttr{Setpgid: true}, nil, "run", "--masters", masters, "--key", "z", "--ttl", "20s", "--node-timeout", "300ms", "--", "sh", "-c", script, m, dir)
+	// The guard's fork is the first thing of the job: its command starts
+	// after the guard, a Go program, has run.
+	redlockPid := a.cmd.Process.Pid
+	waitFor(t, a, "the guard started", func() bool { return len(childrenOf(redlockPid)) > 0 })
+	signalProc(t, a, syscall.SIGTSTP)
+	guard := guardOf(t, a)
+	var job []int
+	waitFor(t, a, "the command started", func() bool {
+		job = childrenOf(guard)
+		return len(job) > 0
+	})
+	waitState(t, true, append(job, redlockPid)...)
+	signalProc(t, a, syscall.SIGCONT)
+	waitState(t, false, append(job, redlockPid)...)
+	touch(t, filepath.Join(dir, "stop"))
+	if code := a.wait(t); code != 0 {
+		t.Errorf("exit %d, want 0; stderr:\n%s", code, a.stderr.String())
 	}
 	assertFree(t, clients, "z")
 }

@@ -320,11 +320,10 @@ const noteAfter = time.Second
 // trusted. It returns the exit status to report, whether the job ran, and
 // whether redlock terminated it for the lock's sake.
 func (r *runner) supervise(lock *redlock.Lock, work context.Context) (status int, ran, termed bool) {
-	j, code, err := startJob(r.command, jobEnv(os.Environ(), r.key, lock))
-	if err != nil {
-		r.errorf("%v", err)
-		return code, false, false
-	}
+	// The stop signals are caught before the job starts: one that arrives
+	// while it starts waits for it and stops it with redlock, rather than
+	// stopping redlock alone, its renewals with it, while the job runs on
+	// (TestCtrlZWhileTheJobStartsStopsTheJob).
 	stops := make(chan os.Signal, 1)
 	cont := make(chan os.Signal, 1)
 	if len(stopSignals) > 0 {
@@ -332,6 +331,11 @@ func (r *runner) supervise(lock *redlock.Lock, work context.Context) (status int
 		signal.Notify(cont, contSignal)
 		defer signal.Stop(stops)
 		defer signal.Stop(cont)
+	}
+	j, code, err := startJob(r.command, jobEnv(os.Environ(), r.key, lock))
+	if err != nil {
+		r.errorf("%v", err)
+		return code, false, false
 	}
 	// The job is told when the validity is down to --grace: warn fires
 	// then at the earliest; a renewal in between sets it again.

@@ -47,12 +47,21 @@ func readProcess(pid int) (process, bool) {
 // before their children. A process forked while the scan runs may be
 // missing: callers that must not miss one scan again.
 func descendants(root int) []process {
+	below, _ := scan(root)
+	return below
+}
+
+// scan returns descendants(root) and the process groups that hold a
+// process not below root (root itself, any process outside the job), so
+// that a group absent from it holds processes of the job alone.
+func scan(root int) (below []process, foreign map[int]bool) {
 	d, err := os.Open("/proc")
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	names, _ := d.Readdirnames(-1)
 	d.Close()
+	var all []process
 	children := map[int][]process{}
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
@@ -60,51 +69,85 @@ func descendants(root int) []process {
 			continue
 		}
 		if p, ok := readProcess(pid); ok {
+			all = append(all, p)
 			children[p.ppid] = append(children[p.ppid], p)
 		}
 	}
-	var out []process
+	in := map[int]bool{}
 	for queue := []int{root}; len(queue) > 0; queue = queue[1:] {
 		for _, c := range children[queue[0]] {
-			out = append(out, c)
+			below = append(below, c)
+			in[c.pid] = true
 			queue = append(queue, c.pid)
 		}
 	}
-	return out
+	foreign = map[int]bool{}
+	for _, p := range all {
+		if !in[p.pid] {
+			foreign[p.pgid] = true
+		}
+	}
+	return below, foreign
 }
 
-// signalTree sends sig to every live process below root: to the process
-// group pgid with one kill(2) when a process below root is in it (the
-// kernel then reaches every member, also one being forked), and to each
-// process outside that group by its pid. It scans again until a scan
-// finds no process it has not signalled (at most a few times: a job that
-// forks without end outside its group is left to the next call), so that a
-// process forked during a scan is not missed. It returns how many live
-// processes it found. pgid <= 0 means no group.
+// signalTree sends sig to every live process below root, and returns how
+// many live processes it found. The rules:
 //
-// A pid is signalled right after the scan that found it below root; pids
-// are reused only after the kernel has gone through all the others, so
-// the signal cannot reach a process that replaced it in between.
-func signalTree(root, pgid int, sig syscall.Signal) int {
-	seen := map[int]bool{}
-	group := false
+//   - A process group that holds processes of the job alone (COMMAND's,
+//     a worker's that called setsid, a daemon's) gets sig with one
+//     kill(-pgid): the kernel reaches every member, also one being forked.
+//     A process found in the group afterwards gets no second signal: it
+//     got this one, or was forked after it, as with kill -SIG -PGID. So a
+//     process the job starts in answer to sig (a trap's command, a
+//     reload's helper) does not get it, wherever the job's processes went
+//     (TestProcessStartedInAnswerToASignalDoesNotGetIt).
+//   - A process in a group with processes outside the job gets sig by
+//     its pid, so that no process outside the job gets it.
+//   - It scans again until a scan finds no process it has not seen (at
+//     most a few times: a job that forks without end is left to the next
+//     call), so that a process forked during a scan is not missed
+//     (TestSignalReachesTheWholeJob, TestForkingJobIsKilled).
+//   - A process found in a group it has left by the next scan (setsid,
+//     setpgid: a daemon starting) may have left it before the group's
+//     kill: it gets sig again in its new group, or by its pid when that
+//     group got it already. A signal lost is a job redlock waits for in
+//     vain; one twice, only for a process that caught it and left its
+//     group in between (TestSignalReachesAProcessThatLeftItsGroupAfterTheScan).
+//
+// A pid or a pgid is signalled right after the scan that found it below
+// root; pids are reused only after the kernel has gone through all the
+// others, and a pgid not before its group is empty, so the signal cannot
+// reach a process that replaced it in between.
+func signalTree(root int, sig syscall.Signal) int {
+	return signalScanned(func() ([]process, map[int]bool) { return scan(root) }, sig)
+}
+
+// signalScanned is signalTree with the scan of the job's processes given.
+func signalScanned(scan func() (below []process, foreign map[int]bool), sig syscall.Signal) int {
+	// via is the group each process seen got sig through, 0 for its pid.
+	via := map[int]int{}
+	groups := map[int]bool{} // signalled with kill(-pgid)
 	for range 5 {
 		fresh := 0
-		for _, p := range descendants(root) {
-			if !p.live() || seen[p.pid] {
+		below, foreign := scan()
+		for _, p := range below {
+			if !p.live() {
 				continue
 			}
-			seen[p.pid] = true
+			g, seen := via[p.pid]
+			if seen && (g == 0 || g == p.pgid) {
+				continue
+			}
 			fresh++
 			switch {
-			case pgid > 0 && p.pgid == pgid:
-				// A member forked after the group's kill gets no second
-				// signal: its parent got this one, as with kill -SIG -PGID.
-				if !group {
-					group = true
-					_ = syscall.Kill(-pgid, sig)
-				}
+			case !seen && groups[p.pgid]:
+				via[p.pid] = p.pgid
+			case !groups[p.pgid] && p.pgid > 0 && !foreign[p.pgid]:
+				groups[p.pgid] = true
+				via[p.pid] = p.pgid
+				_ = syscall.Kill(-p.pgid, sig)
 			default:
+				via[p.pid] = 0
 				_ = syscall.Kill(p.pid, sig)
 			}
 		}
@@ -112,17 +155,17 @@ func signalTree(root, pgid int, sig syscall.Signal) int {
 			break
 		}
 	}
-	return len(seen)
+	return len(via)
 }
 
 // stopTree stops every process below root with SIGSTOP and returns once
 // the scans find each one stopped or with the SIGSTOP pending (a process
 // in an uninterruptible sleep, such as a shell whose vfork child was
 // stopped before its exec, stops as it wakes), or after a second.
-func stopTree(root, pgid int) {
+func stopTree(root int) {
 	deadline := time.Now().Add(time.Second)
 	for {
-		signalTree(root, pgid, syscall.SIGSTOP)
+		signalTree(root, syscall.SIGSTOP)
 		stopped := true
 		for _, p := range descendants(root) {
 			if p.live() && p.state != 'T' && p.state != 't' && !stopPending(p.pid) {
@@ -161,9 +204,9 @@ func stopPending(pid int) bool {
 // redlock once its guard is gone. It scans again every 5ms at first, then
 // less often, up to every 500ms: a process it may not signal (one of
 // another user's, under sudo) ends only in its own time.
-func killTree(root, pgid int) {
+func killTree(root int) {
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
-		signalTree(root, pgid, syscall.SIGKILL)
+		signalTree(root, syscall.SIGKILL)
 		for {
 			var ws syscall.WaitStatus
 			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
