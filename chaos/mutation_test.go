@@ -109,6 +109,10 @@ var mutations = []struct {
 		c.programs = map[string]int{"multi": 3, "byhand": 2}
 	}), "", "multifirst", "overlaps="},
 	{"S15-waiters-never-woken", adversaryMutant(13, func(c *advConfig) {
+		// A wait is judged only away from faults and once the witness has
+		// read past its bound: a busy machine once checked too few in
+		// 20s. The run still ends at the first finding.
+		c.dur = 40 * time.Second
 		// Few faults: a wait is judged only away from them.
 		c.weights = map[string]int{"quiet": 80, "pubsub_kill": 20}
 		c.programs = map[string]int{"wait": 3, "watch": 1, "byhand": 2}

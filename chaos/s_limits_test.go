@@ -60,7 +60,13 @@ func holdRace(t *testing.T, a, b Locker, key string, ttl, bWait, bRetry time.Dur
 // tryHoldRace is holdRace, safe outside the test's goroutine.
 func tryHoldRace(a, b Locker, key string, ttl, bWait, bRetry time.Duration, fault func(aUntil time.Time)) (raceResult, error) {
 	rr := raceResult{ledger: &Ledger{}, bAfter: -1, resource: &FencedResource{}}
-	lockA, err := a.Obtain(context.Background(), key, ttl)
+	// A retries for up to a TTL: a request of an earlier holder that
+	// reached a master late (its caller had timed out; an unguarded lock
+	// sends no barrier) can leave a key there for one TTL, and on a busy
+	// machine one of A's three masters can miss a node timeout.
+	actx, acancel := context.WithTimeout(context.Background(), ttl)
+	defer acancel()
+	lockA, err := a.Obtain(actx, key, ttl, RetryEvery(20*time.Millisecond))
 	if err != nil {
 		return rr, fmt.Errorf("A could not obtain with 3/5 reachable: %w", err)
 	}
