@@ -412,6 +412,9 @@ type handoff struct {
 	ttl   time.Duration
 	fence int64
 	at    time.Time
+	// hold is the giver's record of the lock: the taker's Attach records
+	// its confirmations there, whatever it returns (see attach).
+	hold *Hold
 }
 
 // handOver offers a lock to the other clients of c's kind.
@@ -1339,7 +1342,7 @@ func (x *advActor) handOver(lk Locker, key string, ttl time.Duration) {
 	}
 	x.steps(held, h, ttl, x.rng.IntN(2) == 0, func() {
 		x.a.count("handover", "offered")
-		x.a.handOver(x.c, &handoff{from: x.c.name, keys: held.Keys(), token: held.Token(), ttl: ttl, fence: held.Fence(), at: time.Now()})
+		x.a.handOver(x.c, &handoff{from: x.c.name, keys: held.Keys(), token: held.Token(), ttl: ttl, fence: held.Fence(), at: time.Now(), hold: h})
 	})
 }
 
@@ -1351,6 +1354,13 @@ func (x *advActor) attach(lk Locker, ho *handoff) {
 	defer cancel()
 	op := "attach"
 	start := time.Now()
+	// The confirmations serve at most the TTL from the call's start, and
+	// reach the masters whatever Attach returns: one that fails (too few
+	// masters in time, the key gone from most) has still reset the key's
+	// TTL where it found it, maybe after the giver's validity ended. So
+	// they go on the giver's record of the lock, which outlives a failed
+	// Attach, before the call (TestFailedAttachRecordsTheValidityItsConfirmationsServe).
+	ho.hold.Called(start, start.Add(ho.ttl))
 	var held Held
 	var err error
 	if len(ho.keys) > 1 {
@@ -1366,7 +1376,6 @@ func (x *advActor) attach(lk Locker, ho *handoff) {
 		return
 	}
 	h := x.newHold(held, "attach", got, 0)
-	h.Called(start, start.Add(ho.ttl)) // its confirmations serve at most the TTL from its start
 	x.steps(held, h, ho.ttl, x.rng.IntN(3) == 0, nil)
 }
 

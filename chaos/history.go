@@ -50,7 +50,11 @@ type Hold struct {
 
 	// Calls are the lock's Extends, renewals and Attach, each with the end
 	// of the validity its requests were sent for, as the lock reported them;
-	// grown the readings at which the validity's end moved later.
+	// grown the readings at which the validity's end moved later. A
+	// hand-over's Attach goes on the giver's hold, whatever it returned: a
+	// failed one ran on the masters it reached all the same, and has no
+	// hold of its own (checkLateEffects reads the calls of a token's every
+	// hold).
 	Calls []ExtendCall
 	grown []ValidAt
 

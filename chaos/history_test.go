@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -457,6 +459,64 @@ func TestCheckLateEffects(t *testing.T) {
 	h.Called(at(155), at(400)) // a renewal from 155 on explains it
 	if f := Check([]*Hold{h}, w, 0); f.RenewalAfterValidity != 0 {
 		t.Errorf("got %d late effects, want 0", f.RenewalAfterValidity)
+	}
+}
+
+// attachRunsThenFails is a Locker whose Attach behaves as one that finds
+// the key still held by its token on a minority of the masters, after the
+// giver's validity ended: those masters run the confirmation (a PEXPIRE),
+// the Attach fails.
+type attachRunsThenFails struct {
+	Locker
+	w       *Witness
+	masters []int
+}
+
+func (l attachRunsThenFails) Attach(ctx context.Context, key, token string, ttl time.Duration, fence int64) (Held, error) {
+	sha := l.w.learn(srcExtend)
+	now := time.Now().UnixMicro()
+	for _, m := range l.masters {
+		feed(l.w, m, now, false, "evalsha", sha, "1", "chaos:"+key, token, strconv.FormatInt(ttl.Milliseconds(), 10))
+		feed(l.w, m, now, true, "GET", "chaos:"+key)
+		feed(l.w, m, now, true, "PEXPIRE", "chaos:"+key, strconv.FormatInt(ttl.Milliseconds(), 10))
+	}
+	return nil, fmt.Errorf("attach: %d of 5 agreed: %w", len(l.masters), context.DeadlineExceeded)
+}
+
+// TestFailedAttachRecordsTheValidityItsConfirmationsServe: a hand-over's
+// Attach that fails has still run its confirmations on the masters it
+// reached, for the validity counted from its own start, maybe after the
+// giver's validity ended (the key outlives it there by the drift and the
+// giver's request latency). The ledger records them on the giver's hold,
+// so that such a PEXPIRE is not taken for a renewal past its validity;
+// one past the Attach's own TTL still counts.
+func TestFailedAttachRecordsTheValidityItsConfirmationsServe(t *testing.T) {
+	w := newTestWitness()
+	now := time.Now()
+	giver := &Hold{Client: "c0", Key: "k", Token: "A", Kind: "obtain", Quorum: 3, Start: now.Add(-300 * time.Millisecond)}
+	giver.Observe(giver.Start, 250*time.Millisecond) // valid until now-50ms
+	giver.HandedAt = now.Add(-100 * time.Millisecond)
+	a := &advRun{ops: map[string]int{}, errs: map[string]string{}, maxLate: map[string]time.Duration{}, lateBy: map[string]lateness{},
+		wind: context.Background(), w: w}
+	x := &advActor{a: a, c: &advClient{name: "c1", nt: 100 * time.Millisecond, quorum: 3}, rng: rand.New(rand.NewPCG(1, 2))}
+	ttl := time.Second
+	x.attach(attachRunsThenFails{w: w, masters: []int{1, 4}}, &handoff{from: "c0", keys: []string{"k"}, token: "A", ttl: ttl,
+		at: giver.HandedAt, hold: giver})
+	if a.ops["attach.failed"] != 1 {
+		t.Fatalf("the Attach did not fail as planned: %v", a.ops)
+	}
+	if f := Check([]*Hold{giver}, w, 0); f.RenewalAfterValidity != 0 {
+		t.Errorf("the failed Attach's confirmations, run within its own validity, counted as %d renewals past their validity: %v",
+			f.RenewalAfterValidity, f.Examples)
+	}
+	// A confirmation run past the Attach's own TTL still counts.
+	sha := w.learn(srcExtend)
+	late := now.Add(ttl + 100*time.Millisecond).UnixMicro()
+	feed(w, 1, late, false, "evalsha", sha, "1", "chaos:k", "A", "1000")
+	feed(w, 1, late, true, "GET", "chaos:k")
+	feed(w, 1, late, true, "PEXPIRE", "chaos:k", "1000")
+	if f := Check([]*Hold{giver}, w, 0); f.RenewalAfterValidity != 1 {
+		t.Errorf("a PEXPIRE past the Attach's TTL: %d renewals past their validity, want 1", f.RenewalAfterValidity)
 	}
 }
 

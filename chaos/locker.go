@@ -111,10 +111,11 @@ type LockConfig struct {
 	// WithReplicaAcks); 0: none.
 	ReplicaAcks int
 	AckWait     time.Duration
-	// OnExtend, if set, hears of every Extend, renewal and Attach of the
-	// lock's, with the context it ran with (a renewal's carries its
-	// watchdog's values), when its requests were first sent (about) and the
-	// end of the validity they were sent for.
+	// OnExtend, if set, hears of every Extend and renewal of the lock's,
+	// with the context it ran with (a renewal's carries its watchdog's
+	// values), when its requests were first sent (about) and the end of the
+	// validity they were sent for. Not of an Attach: its caller records
+	// it, a failed one included, which returns no lock.
 	OnExtend func(ctx context.Context, start, served time.Time)
 }
 
