@@ -2,12 +2,15 @@
 # The project's test command (README); CI runs it through .ci/run.
 #
 # Installs what the tests need when it is missing (redis-server; a C compiler,
-# which -race needs), then for the root module and every module below it (a
-# directory with a go.mod: bench/, chaos/, ...): go vet, go test -race, and the
-# module's executable ci.sh if it has one (in the background, beside the
-# next two); then staticcheck (pinned, every check on: staticcheck.conf) in
-# every module, and each fuzz target for a few seconds beyond its seed
-# corpus. gofmt is checked once for all.
+# which -race needs), then checks: gofmt, scripts/check-modules.sh (each
+# require of a module of this repository names a version that exists; with
+# its self-test) and scripts/check-license.sh (every module has the root's
+# Apache-2.0 LICENSE). Then, for the root module and every module below it
+# (a directory with a go.mod: bench/, chaos/, ...): go vet, go test -race,
+# and the module's executable ci.sh if it has one; staticcheck in every
+# module; scripts/check-api.sh (the exported API is the one recorded under
+# api/); and each fuzz target for a few seconds. Which of these run in the
+# background, and why: see "Two kinds of steps" below.
 # Every step runs even after a failure; the summary lists what failed and the
 # exit status is non-zero if anything did.
 #
@@ -94,40 +97,36 @@ in_dir() { (cd "$1" && shift && "$@"); }
 header "gofmt"
 step gofmt check_gofmt
 
-for dir in "${modules[@]}"; do
-	name=${dir#./}
-	[ "$name" = . ] && name=root
-	header "module $name ($(cd "$dir" && go list -m))"
-	step "$name: go vet" in_dir "$dir" go vet ./...
-	step "$name: go test" in_dir "$dir" go test "${GO_TEST_FLAGS[@]}" ./...
-	if [ -x "$dir/ci.sh" ]; then
-		ci_dirs+=("$dir")
-	fi
-done
+header "modules, licenses"
+step "modules: requirements" bash scripts/check-modules.sh
+step "modules: check's self-test" bash scripts/check-modules.sh --self-test
+step "licenses" bash scripts/check-license.sh
 
-# The modules' ci.sh steps (bench's smoke run, which counts and never
-# times; chaos's report) run in the background beside staticcheck and the
-# fuzzing, which assert no timing either: they share the CPUs without a
-# flake, and the command ends about a minute sooner. Their output follows
-# once they are done.
-ci_pids=() ci_logs=() ci_t0=$SECONDS
-for dir in "${ci_dirs[@]}"; do
-	log=$(mktemp)
-	(cd "$dir" && ./ci.sh) >"$log" 2>&1 &
-	ci_pids+=($!)
-	ci_logs+=("$log")
-done
-
-header "staticcheck ($STATICCHECK)"
-for dir in "${modules[@]}"; do
-	name=${dir#./}
+# Two kinds of steps. Timed ones, the tests of modules that wait on real
+# servers' timing (the root module, chaos, ...), run in the foreground one
+# after another. Untimed ones, which count and never time, run from the
+# start in one background job at the lowest CPU priority (nice 19), so they
+# use what the timed tests leave idle without delaying them: staticcheck
+# (pinned, every check on: staticcheck.conf) in every module, the API
+# record, each fuzz target of the root module for FUZZ_TIME beyond its
+# seed corpus (go test runs the corpus itself), and the tests and ci.sh of
+# the modules in untimed_modules (bench: its tests and its smoke run check
+# counts, errors and overlaps, never a duration). The background job's
+# output follows the foreground's.
+untimed_modules=(./bench)
+untimed() {
+	local m
+	for m in "${untimed_modules[@]}"; do [ "$1" = "$m" ] && return 0; done
+	return 1
+}
+modname() {
+	local name=${1#./}
 	[ "$name" = . ] && name=root
-	step "$name: staticcheck" in_dir "$dir" go run "$STATICCHECK" ./...
-done
+	echo "$name"
+}
 
 # fuzz_all runs every Fuzz target of the root module for FUZZ_TIME each
-# (go test -fuzz takes one target of one package at a time). go test above
-# has already run each seed corpus.
+# (go test -fuzz takes one target of one package at a time).
 fuzz_all() {
 	local pkg target out ok=0
 	while read -r pkg; do
@@ -139,26 +138,63 @@ fuzz_all() {
 				ok=1
 			fi
 		done
-	done < <(go list ./... )
+	done < <(go list ./...)
 	return $ok
 }
-header "fuzz ($FUZZ_TIME per target)"
-step "root: fuzz" fuzz_all
 
-for i in "${!ci_dirs[@]}"; do
-	name=${ci_dirs[$i]#./}
-	header "module $name: ci.sh (ran in the background)"
-	if wait "${ci_pids[$i]}"; then rc=0; else rc=$?; fi
-	cat "${ci_logs[$i]}"
-	rm -f "${ci_logs[$i]}"
-	if [ "$rc" -eq 0 ]; then
-		passed+=("$name: ci.sh")
-		echo "test.sh: ok   $name: ci.sh (within $((SECONDS - ci_t0))s)"
-	else
-		failed+=("$name: ci.sh")
-		echo "test.sh: FAIL $name: ci.sh (exit $rc, within $((SECONDS - ci_t0))s)"
+# untimed_steps runs the untimed steps and writes their outcomes to $1.
+untimed_steps() {
+	local status=$1 dir
+	passed=() failed=()
+	renice -n 19 -p "$BASHPID" >/dev/null 2>&1 ||
+		echo "test.sh: could not lower the untimed steps' priority; they run beside the timed ones as they are"
+	header "staticcheck ($STATICCHECK)"
+	for dir in "${modules[@]}"; do
+		step "$(modname "$dir"): staticcheck" in_dir "$dir" go run "$STATICCHECK" ./...
+	done
+	header "exported API (api/)"
+	step "api: record" bash scripts/check-api.sh
+	header "fuzz ($FUZZ_TIME per target)"
+	step "root: fuzz" fuzz_all
+	for dir in "${untimed_modules[@]}"; do
+		header "module $(modname "$dir") ($(cd "$dir" && go list -m)): untimed"
+		step "$(modname "$dir"): go vet" in_dir "$dir" go vet ./...
+		step "$(modname "$dir"): go test" in_dir "$dir" go test "${GO_TEST_FLAGS[@]}" ./...
+		if [ -x "$dir/ci.sh" ]; then
+			step "$(modname "$dir"): ci.sh" in_dir "$dir" ./ci.sh
+		fi
+	done
+	{
+		for n in "${passed[@]}"; do echo "ok $n"; done
+		for n in "${failed[@]}"; do echo "FAIL $n"; done
+	} >"$status"
+}
+
+bg_log=$(mktemp) bg_status=$(mktemp)
+trap 'rm -f "$bg_log" "$bg_status"' EXIT
+(untimed_steps "$bg_status" >"$bg_log" 2>&1) &
+bg_pid=$!
+
+for dir in "${modules[@]}"; do
+	untimed "$dir" && continue
+	name=$(modname "$dir")
+	header "module $name ($(cd "$dir" && go list -m))"
+	step "$name: go vet" in_dir "$dir" go vet ./...
+	step "$name: go test" in_dir "$dir" go test "${GO_TEST_FLAGS[@]}" ./...
+	if [ -x "$dir/ci.sh" ]; then
+		step "$name: ci.sh" in_dir "$dir" ./ci.sh
 	fi
 done
+
+header "untimed steps (ran in the background from the start)"
+bg_t0=$SECONDS
+wait "$bg_pid" || true
+cat "$bg_log"
+echo "test.sh: the untimed steps ended $((SECONDS - bg_t0))s after the timed ones"
+while read -r outcome name; do
+	if [ "$outcome" = ok ]; then passed+=("$name"); else failed+=("$name"); fi
+done <"$bg_status"
+[ -s "$bg_status" ] || failed+=("untimed steps (no outcome written)")
 
 header "summary"
 total=$((${#passed[@]} + ${#failed[@]}))
