@@ -307,6 +307,29 @@ while :; do sleep 0.05; done`
 	}
 }
 
+// A job stopped while redlock runs, by other means than redlock's own
+// Ctrl-Z (here the SIGTTIN a terminal sends a process that reads from it
+// outside the foreground process group), still ends on a signal sent to
+// redlock: redlock continues it after passing the signal on, rather than
+// wait, the lock held, for someone to continue it.
+func TestSignalReachesAStoppedJob(t *testing.T) {
+	t.Parallel()
+	masters, clients := cluster(t, 1)
+	dir := t.TempDir()
+	leader := filepath.Join(dir, "leader")
+	a := start(t, nil, args(lockFlags(masters, "stopped"), "--", "sh", "-c", `echo $$ > "$1"; kill -TTIN $$; touch "$1.continued"; exec sleep 60`, "sh", leader)...)
+	pid := readPid(t, a, leader)
+	waitState(t, true, pid)
+	signalProc(t, a, syscall.SIGINT)
+	if code := a.wait(t); code != 128+int(syscall.SIGINT) {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, 128+int(syscall.SIGINT), a.stderr.String())
+	}
+	if exists(leader + ".continued") {
+		t.Error("the job ran on past the signal")
+	}
+	assertFree(t, clients, "stopped")
+}
+
 // waitState waits until every pid is (stopped true) or is not (false)
 // stopped: in the stopped state, or in D with a SIGSTOP waiting (a shell
 // whose vfork child stopped before its exec stops once it wakes).

@@ -342,17 +342,28 @@ func (r *runner) supervise(lock *redlock.Lock, work context.Context) (status int
 	warn := time.NewTimer(lock.Validity() - r.grace)
 	defer warn.Stop()
 	var kill, note <-chan time.Time
+	// pass sends sig to the job, then SIGCONT, as a shell's kill does: a
+	// process of the job stopped while redlock runs (the terminal's
+	// SIGTTIN, as it reads from the terminal outside the foreground
+	// process group; a SIGSTOP sent to it) gets sig only once continued,
+	// and redlock, waiting for it, would hold the lock until someone
+	// continued it (TestSignalReachesAStoppedJob). redlock itself never
+	// leaves the job stopped while it runs (see stops below).
+	pass := func(sig os.Signal) {
+		j.signal(sig)
+		j.cont()
+	}
 	term := func(format string, args ...any) {
 		r.errorf(format+"; sending the job SIGTERM, SIGKILL in %v", append(args, r.grace)...)
 		termed = true
-		j.signal(terminate)
+		pass(terminate)
 		kill = time.After(r.grace)
 	}
 	lost, exited := work.Done(), j.exited
 	for {
 		select {
 		case s := <-r.sigs:
-			j.signal(s)
+			pass(s)
 		case <-stops:
 			j.stop()
 			suspendSelf(cont)

@@ -98,9 +98,12 @@ func scan(root int) (below []process, foreign map[int]bool) {
 //     kill(-pgid): the kernel reaches every member, also one being forked.
 //     A process found in the group afterwards gets no second signal: it
 //     got this one, or was forked after it, as with kill -SIG -PGID. So a
-//     process the job starts in answer to sig (a trap's command, a
-//     reload's helper) does not get it, wherever the job's processes went
-//     (TestProcessStartedInAnswerToASignalDoesNotGetIt).
+//     process the job starts in answer to sig in the group that got it (a
+//     trap's command, a reload's helper) does not get it, whichever groups
+//     the job's processes are in (TestProcessStartedInAnswerToASignalDoesNotGetIt).
+//     One that leaves that group at once (setsid) is found in a group not
+//     signalled yet and gets sig: it cannot be told from a process that
+//     left before the kill (the last rule).
 //   - A process in a group with processes outside the job gets sig by
 //     its pid, so that no process outside the job gets it.
 //   - It scans again until a scan finds no process it has not seen (at
