@@ -1354,13 +1354,16 @@ func (x *advActor) attach(lk Locker, ho *handoff) {
 	defer cancel()
 	op := "attach"
 	start := time.Now()
-	// The confirmations serve at most the TTL from the call's start, and
-	// reach the masters whatever Attach returns: one that fails (too few
-	// masters in time, the key gone from most) has still reset the key's
-	// TTL where it found it, maybe after the giver's validity ended. So
-	// they go on the giver's record of the lock, which outlives a failed
-	// Attach, before the call (TestFailedAttachRecordsTheValidityItsConfirmationsServe).
-	ho.hold.Called(start, start.Add(ho.ttl))
+	// The confirmations reach the masters whatever Attach returns: one that
+	// fails (too few masters in time, the key gone from most) has still
+	// reset the key's TTL where it found it, maybe after the giver's
+	// validity ended. So they go on the giver's record of the lock, which
+	// outlives a failed Attach, before the call
+	// (TestFailedAttachRecordsTheValidityItsConfirmationsServe). They serve
+	// the validity the library bounds them by, from the call's start: the
+	// TTL less the drift allowance, not the whole TTL; and they re-take
+	// nothing (TestAttachConfirmationsAreJudgedByTheLibrarysBound).
+	ho.hold.Confirmed(start, start.Add(attachValidity(ho.ttl)))
 	var held Held
 	var err error
 	if len(ho.keys) > 1 {
@@ -1377,6 +1380,17 @@ func (x *advActor) attach(lk Locker, ho *handoff) {
 	}
 	h := x.newHold(held, "attach", got, 0)
 	x.steps(held, h, ho.ttl, x.rng.IntN(3) == 0, nil)
+}
+
+// attachValidity is the validity an Attach of a ttl lock counts on from
+// its start, and the bound its confirmations carry to the masters (a
+// master whose clock is past it runs none): ttl, in whole milliseconds,
+// less the library's default drift allowance.
+func attachValidity(ttl time.Duration) time.Duration {
+	if r := ttl % time.Millisecond; r != 0 {
+		ttl += time.Millisecond - r
+	}
+	return ttl - (time.Duration(float64(ttl)*redlock.DefaultDriftFactor) + 2*time.Millisecond)
 }
 
 // waitFor obtains with WithWait (its context a TTL to a few seconds), and

@@ -54,7 +54,8 @@ type Hold struct {
 	// hand-over's Attach goes on the giver's hold, whatever it returned: a
 	// failed one ran on the masters it reached all the same, and has no
 	// hold of its own (checkLateEffects reads the calls of a token's every
-	// hold).
+	// hold). Its end is the library's own bound, start + TTL - drift, and
+	// it never explains a re-take (see Confirmed).
 	Calls []ExtendCall
 	grown []ValidAt
 
@@ -107,9 +108,12 @@ func (e ExtendRec) outcome() string {
 
 // An ExtendCall is one request for more time (an Extend, a watchdog's
 // renewal, an Attach's confirmation): its requests were sent from Start on,
-// for a validity that ended at Served.
+// for a validity that ended at Served. Confirm marks an Attach's
+// confirmation, which resets the key's TTL where the key holds the token
+// and never re-takes a vanished key (its re-take bound is 0).
 type ExtendCall struct {
 	Start, Served time.Time
+	Confirm       bool
 }
 
 // A ValidAt is a reading: at At, the validity ran until End.
@@ -120,7 +124,17 @@ type ValidAt struct {
 // Called records one request for more time.
 func (h *Hold) Called(start, served time.Time) {
 	h.mu.Lock()
-	h.Calls = append(h.Calls, ExtendCall{start, served})
+	h.Calls = append(h.Calls, ExtendCall{Start: start, Served: served})
+	h.mu.Unlock()
+}
+
+// Confirmed records an Attach's confirmation of the lock, sent from start
+// on for a validity that ends at served: it explains a PEXPIRE until then,
+// never a re-take, which an Attach does not make
+// (TestAttachConfirmationsAreJudgedByTheLibrarysBound).
+func (h *Hold) Confirmed(start, served time.Time) {
+	h.mu.Lock()
+	h.Calls = append(h.Calls, ExtendCall{Start: start, Served: served, Confirm: true})
 	h.mu.Unlock()
 }
 
@@ -514,10 +528,14 @@ func RecreatedAfterRelease(w *Witness, token string, m int) bool {
 // share one), a request that ran at T was sent at or before T, for a
 // validity that ended no later than the latest end the lock reported by T
 // (its Calls, and its readings). An extend's PEXPIRE or re-take after that
-// is a renewal that took effect past the validity it served. 1ms for the
-// two clocks' readings.
+// is a renewal that took effect past the validity it served. An Attach's
+// confirmation (Confirm) explains no re-take: it never makes one. 1ms for
+// the two clocks' readings.
 func checkLateEffects(f *Findings, holds []*Hold, w *Witness) {
-	type mark struct{ at, end int64 }
+	type mark struct {
+		at, end int64
+		confirm bool
+	}
 	byToken := map[string][]mark{}
 	who := map[string]*Hold{}
 	for _, h := range holds {
@@ -526,22 +544,26 @@ func checkLateEffects(f *Findings, holds []*Hold, w *Witness) {
 		}
 		h.mu.Lock()
 		for _, c := range h.Calls {
-			byToken[h.Token] = append(byToken[h.Token], mark{c.Start.UnixMicro(), c.Served.UnixMicro()})
+			byToken[h.Token] = append(byToken[h.Token], mark{c.Start.UnixMicro(), c.Served.UnixMicro(), c.Confirm})
 		}
 		for _, g := range h.grown {
-			byToken[h.Token] = append(byToken[h.Token], mark{g.At.UnixMicro(), g.End.UnixMicro()})
+			byToken[h.Token] = append(byToken[h.Token], mark{g.At.UnixMicro(), g.End.UnixMicro(), false})
 		}
 		h.mu.Unlock()
 		who[h.Token] = h
 	}
 	for token, ms := range byToken {
 		sort.Slice(ms, func(i, j int) bool { return ms[i].at < ms[j].at })
-		// best(T): the latest end reported by T.
-		best := func(t int64) int64 {
+		// best(T): the latest end reported by T; for a re-take, by a call
+		// that may make one.
+		best := func(t int64, retake bool) int64 {
 			b := int64(math.MinInt64)
 			for _, m := range ms {
 				if m.at > t {
 					break
+				}
+				if retake && m.confirm {
+					continue
 				}
 				b = max(b, m.end)
 			}
@@ -551,7 +573,7 @@ func checkLateEffects(f *Findings, holds []*Hold, w *Witness) {
 			if ev.Kind != EvEffect && ev.Kind != EvRetake && ev.Kind != EvExtend {
 				continue
 			}
-			if late := ev.At - best(ev.At+1000); late > 1000 {
+			if late := ev.At - best(ev.At+1000, ev.Kind == EvRetake); late > 1000 {
 				h := who[token]
 				if ev.Kind == EvExtend {
 					f.ExtendRanAfterValidity++

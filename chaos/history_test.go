@@ -520,6 +520,70 @@ func TestFailedAttachRecordsTheValidityItsConfirmationsServe(t *testing.T) {
 	}
 }
 
+// TestAttachConfirmationsAreJudgedByTheLibrarysBound: a hand-over's
+// Attach bounds its confirmations by its own validity, TTL less the drift
+// allowance from its start, and never re-takes a vanished key. So, after
+// the giver's validity ended, a PEXPIRE of the token past that bound (the
+// Attach's guard broken, or the giver's own late Extend) counts as a
+// renewal past its validity, though it ran within the TTL from the
+// Attach's start; and so does a re-take of the key, which no request of
+// the lock still valid may make: the Attach's record explains neither.
+func TestAttachConfirmationsAreJudgedByTheLibrarysBound(t *testing.T) {
+	const ttl = time.Second
+	valid := attachValidity(ttl)
+	if want := ttl - 12*time.Millisecond; valid != want { // 1% and the 2ms floor
+		t.Fatalf("attachValidity(%v) = %v, want %v", ttl, valid, want)
+	}
+	// handedOver runs a failed Attach of a lock whose giver's validity
+	// ended 50ms ago, and returns the ledger's witness and giver's hold,
+	// and when the Attach started.
+	handedOver := func(t *testing.T) (*Witness, *Hold, time.Time) {
+		w := newTestWitness()
+		now := time.Now()
+		giver := &Hold{Client: "c0", Key: "k", Token: "A", Kind: "obtain", Quorum: 3, Start: now.Add(-300 * time.Millisecond)}
+		giver.Observe(giver.Start, 250*time.Millisecond)
+		giver.HandedAt = now.Add(-100 * time.Millisecond)
+		a := &advRun{ops: map[string]int{}, errs: map[string]string{}, maxLate: map[string]time.Duration{}, lateBy: map[string]lateness{},
+			wind: context.Background(), w: w}
+		x := &advActor{a: a, c: &advClient{name: "c1", nt: 100 * time.Millisecond, quorum: 3}, rng: rand.New(rand.NewPCG(1, 2))}
+		x.attach(attachRunsThenFails{w: w, masters: []int{1, 4}}, &handoff{from: "c0", keys: []string{"k"}, token: "A", ttl: ttl,
+			at: giver.HandedAt, hold: giver})
+		if a.ops["attach.failed"] != 1 {
+			t.Fatalf("the Attach did not fail as planned: %v", a.ops)
+		}
+		if f := Check([]*Hold{giver}, w, 0); f.RenewalAfterValidity != 0 {
+			t.Fatalf("the Attach's own confirmations counted as %d renewals past their validity: %v", f.RenewalAfterValidity, f.Examples)
+		}
+		giver.mu.Lock()
+		start := giver.Calls[len(giver.Calls)-1].Start
+		giver.mu.Unlock()
+		return w, giver, start
+	}
+	run := func(w *Witness, at time.Time, cmd ...string) {
+		sha := w.learn(srcExtend)
+		feed(w, 2, at.UnixMicro(), false, "evalsha", sha, "1", "chaos:k", "A", "1000")
+		feed(w, 2, at.UnixMicro(), true, "GET", "chaos:k")
+		feed(w, 2, at.UnixMicro(), true, cmd...)
+	}
+	t.Run("PEXPIRE past the Attach's validity", func(t *testing.T) {
+		w, giver, start := handedOver(t)
+		// Past start + TTL - drift by 5ms, within start + TTL.
+		run(w, start.Add(valid+5*time.Millisecond), "PEXPIRE", "chaos:k", "1000")
+		if f := Check([]*Hold{giver}, w, 0); f.RenewalAfterValidity != 1 {
+			t.Errorf("a PEXPIRE %v past the Attach's validity, within its TTL: %d renewals past their validity, want 1",
+				5*time.Millisecond, f.RenewalAfterValidity)
+		}
+	})
+	t.Run("re-take while the Attach's validity runs", func(t *testing.T) {
+		w, giver, start := handedOver(t)
+		run(w, start.Add(100*time.Millisecond), "SET", "chaos:k", "A", "PX", "1000")
+		if f := Check([]*Hold{giver}, w, 0); f.RenewalAfterValidity != 1 {
+			t.Errorf("a re-take after the giver's validity, within the Attach's: %d renewals past their validity, want 1",
+				f.RenewalAfterValidity)
+		}
+	})
+}
+
 // TestCheckWorld: a wait that outlasts its bound while a quorum is free
 // counts, unless a fault held its client up or another took the key; a key
 // left on a master after a hand-over's release counts once it settled.
