@@ -27,7 +27,7 @@ func masters(n int) (clients []redis.UniversalClient, stop func()) {
 		servers = append(servers, s)
 		// Maintenance notifications off, as MasterOptions sets them: go-redis
 		// v9 asks for them on every new connection, miniredis (like Redis
-		// before 8) refuses, and go-redis's fallback then writes the
+		// 7) refuses, and go-redis's fallback then writes the
 		// client's options while another connection of it dials (a data
 		// race inside go-redis, which -race reports).
 		clients = append(clients, redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true,

@@ -18,7 +18,8 @@ import (
 // go-redis's maintenance notifications off: the node timeout, not timeouts
 // relaxed during a server's maintenance, bounds each request, and with
 // them on, go-redis v9 clients of servers that refuse the handshake (Redis
-// before 8) race on their own options when two connections dial at once
+// Open Source and miniredis: only Redis Cloud and Redis Software send
+// them) race on their own options when two connections dial at once
 // (TestMasterOptionsClientsDialAtOnceWithoutARace). Change what else you
 // need (TLS settings, pool size, timeouts) before redis.NewClient. An
 // error never repeats a password: it names the master by its host and port

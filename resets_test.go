@@ -194,7 +194,7 @@ func TestWatchdogResetDuringACallersExtendIsNotLost(t *testing.T) {
 // the moment Obtain returns at a quorum, while the slowest master's lane is
 // still setting up its first connection (its dial held 100ms): the
 // subscription to that master waits for the lane's connection, or go-redis
-// races with itself under -race (a Redis before 8 refuses its maintenance
+// races with itself under -race (Redis 7 refuses its maintenance
 // notifications handshake, and the first connection to fail it rewrites
 // the client's options under a lock the PubSub's connection does not take).
 func TestWatchdogSubscribesAfterTheLanesFirstConnection(t *testing.T) {

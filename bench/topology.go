@@ -74,7 +74,7 @@ func (ep *endpoints) clients(poolSize int) []redis.UniversalClient {
 // newClient is redis.NewClient with maintenance notifications off, for
 // every client of the harness. In go-redis v9.23 a client and the Conns
 // taken from it (redlock's lanes, or a test's) race on that option when its
-// handshake fails (Redis before 8, in the default auto mode), which -race
+// handshake fails (on Redis 7, in the default auto mode), which -race
 // reports. The handshake happens once per connection: it costs nothing
 // measured here.
 func newClient(o redis.Options) *redis.Client {

@@ -296,7 +296,7 @@ func (s *Subs) run(x *sub) {
 		// go-redis v9.23 races with itself when a PubSub's first
 		// connection is made while a connection of Client.Conn (a lane's)
 		// is set up on a client whose server refuses the maintenance
-		// notifications handshake (Redis before 8): the one that fails
+		// notifications handshake (Redis 7 does): the one that fails
 		// first rewrites the shared options under its own lock, not the
 		// client's. Once a lane has taken a connection, none will.
 		select {
