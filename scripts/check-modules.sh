@@ -27,14 +27,17 @@ git rev-parse --git-dir >/dev/null 2>&1 || {
 shallow=$(git rev-parse --is-shallow-repository)
 errors=0
 
-# requirements GOMOD prints "PATH VERSION" for each require of a module of this repository.
+# requirements GOMOD prints "PATH VERSION" for each require of a module of
+# this repository. go mod edit -print reads the file as the go command does
+# (quoted paths, indented blocks, CRLF line ends) and prints it in its one
+# canonical form, which the awk reads (self-test: "in a block, quoted").
 requirements() {
-	awk -v root="$ROOT" '
-		/^require[ \t]*\(/ { blk = 1; next }
-		blk && /^[ \t]*\)/ { blk = 0; next }
+	go mod edit -print "$1" | awk -v root="$ROOT" '
+		/^require \($/ { blk = 1; next }
+		blk && /^\)$/ { blk = 0; next }
 		{ p = ""; if (blk) { p = $1; v = $2 } else if ($1 == "require") { p = $2; v = $3 } }
 		p == root || index(p, root "/") == 1 { print p, v }
-	' "$1"
+	'
 }
 
 # pseudo COMMIT prints the v0.0.0 pseudo-version of COMMIT.
@@ -106,11 +109,19 @@ check() {
 	fi
 }
 
-# expect NAME WANT VERSION runs the check on a go.mod that requires
-# redlockotel at VERSION: it must pass (WANT "") or fail saying WANT.
+# expect NAME WANT VERSION [FORMAT] runs the check on a go.mod that
+# requires redlockotel at VERSION, the require written by the printf FORMAT
+# (default: on one line): it must pass (WANT "") or fail saying WANT.
 expect() {
+	# shellcheck disable=SC2059 # the format is the case's
+	printf "module example.com/m\n\ngo 1.26.0\n\n${4:-require %s %s\n}" "$ROOT/redlockotel" "$3" >"$tmp/go.mod"
+	verdict "$1" "$2"
+}
+
+# verdict NAME WANT runs the check on $tmp/go.mod: it must pass (WANT "")
+# or fail saying WANT.
+verdict() {
 	local name=$1 want=$2 out rc=0
-	printf 'module example.com/m\n\ngo 1.26.0\n\nrequire %s/redlockotel %s\n' "$ROOT" "$3" >"$tmp/go.mod"
 	out=$(bash "$PWD/scripts/check-modules.sh" "$tmp/go.mod" 2>&1) || rc=$?
 	if { [ -z "$want" ] && [ $rc -eq 0 ]; } || { [ -n "$want" ] && [ $rc -ne 0 ] && [[ $out == *"$want"* ]]; }; then
 		echo "check-modules self-test: ok   $name"
@@ -130,9 +141,22 @@ if [ "${1:-}" = --self-test ]; then
 	expect "a made-up hash" "names no commit" v0.0.0-20260101000000-0123456789ab
 	expect "HEAD at a wrong time" "is not the committer time" "v0.0.0-20000101000000-${head: -12}"
 	expect "HEAD's hash in full" "12 hex digits" "${head%-*}-$(git rev-parse HEAD)"
-	expect "an absent tag" "no tag redlockotel/v9.9.9" v9.9.9
-	expect "a base tag that is absent" "needs the tag redlockotel/v9.9.9" "v9.9.10-0.${head#v0.0.0-}"
+	expect "an absent tag" "no tag redlockotel/v1.9.9" v1.9.9
+	expect "a base tag that is absent" "needs the tag redlockotel/v1.9.9" "v1.9.10-0.${head#v0.0.0-}"
 	expect "HEAD's pseudo-version" "" "$head"
+	expect "a made-up hash in a block, // indirect" "names no commit" v0.0.0-20260101000000-0123456789ab \
+		'require (\n\tgolang.org/x/sys v0.1.0\n\t%s %s // indirect\n)\n'
+	expect "a made-up hash in a block, quoted" "names no commit" v0.0.0-20260101000000-0123456789ab \
+		'require (\n\t"%s" %s\n)\n'
+	expect "a made-up hash on one line, quoted" "names no commit" v0.0.0-20260101000000-0123456789ab \
+		'require "%s" %s\n'
+	expect "a made-up hash in an indented block" "names no commit" v0.0.0-20260101000000-0123456789ab \
+		'  require (\n\t%s %s\n  )\n'
+	expect "a made-up hash in a block with CRLF line ends" "names no commit" v0.0.0-20260101000000-0123456789ab \
+		'require (\r\n\t%s %s\r\n)\r\n'
+	expect "HEAD's pseudo-version with CRLF line ends" "" "$head" 'require (\r\n\t%s %s\r\n)\r\n'
+	printf 'module example.com/m\n\nrequire (\n' >"$tmp/go.mod"
+	verdict "a go.mod the go command cannot read" "the go command cannot read it"
 	exit $selftest_failed
 fi
 if [ $# -eq 0 ]; then
@@ -144,10 +168,16 @@ if [ "$shallow" = true ]; then
 fi
 n=0
 for gomod in "$@"; do
+	if ! reqs=$(requirements "$gomod"); then
+		echo "check-modules: $gomod: the go command cannot read it (go mod edit -print $gomod)" >&2
+		errors=$((errors + 1))
+		continue
+	fi
 	while read -r path version; do
+		[ -n "$path" ] || continue
 		check "$gomod" "$path" "$version"
 		n=$((n + 1))
-	done < <(requirements "$gomod")
+	done <<<"$reqs"
 done
 if [ $errors -gt 0 ]; then
 	echo "check-modules: $errors problem(s) in the requirements of this repository's modules (see above)" >&2

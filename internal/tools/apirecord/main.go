@@ -15,22 +15,34 @@
 //
 // DIR is the directory of the module (default "."). Its public packages are
 // those that go list ./... finds there, except main packages and those with
-// an "internal" element in their path. Their types come from the export data
-// that go list -export builds (the standard library only: the library's
-// go.mod gains no requirement).
+// an "internal" element in their path, and directories of tests only
+// (TestModuleAPIReadsExportDataAndSkipsADirectoryOfTestsOnly). For a module
+// without one it prints nothing: scripts/check-api.sh asks each module that
+// has no record. Their types come from the export data that go list -export
+// builds (the standard library only: the library's go.mod gains no
+// requirement).
 //
 // What a line shows, and why:
 //   - Parameter names are left out (renaming one is no change of API);
 //     parameter and result types, type parameters and their constraints are in.
-//   - A constant's line has its type and exact value: a changed default is a
-//     change a caller sees.
+//   - A constant's line has its type and value: a changed default is a
+//     change a caller sees. The value is exact, but for a floating-point
+//     one, shown to float64 precision, the shortest decimal that reads back
+//     as the same float64 (TestRecordShowsAFloatConstantToFloat64Precision).
 //   - An exported type's methods are its whole method set, promoted ones
 //     included, with the receiver (T) or (*T) that has them.
-//   - A struct's exported fields and embedded types each have a line; an
-//     interface's methods each have one, and "unexported methods" says that
-//     no type outside the package can implement it.
+//   - A struct's exported fields and embedded types each have a line, and
+//     so do the exported fields promoted from an embedded type that is not
+//     exported, whose own lines would show them nowhere
+//     (TestRecordShowsFieldsPromotedFromAnUnexportedEmbeddedType).
+//   - An interface's methods each have a line, and "unexported methods" says
+//     that no type outside the package can implement it. A constraint (an
+//     interface that is more than a method set) has a line for each type it
+//     embeds (TestRecordShowsWhatAConstraintEmbeds).
+//   - A generic alias shows its type parameters
+//     (TestRecordShowsAGenericAliasTypeParameters).
 //
-// The output depends only on the exported declarations: not on comments,
+// The output depends only on what a caller can name: not on comments,
 // parameter names or unexported code (TestRecordOfASmallPackage pins the
 // format).
 package main
@@ -44,9 +56,11 @@ import (
 	"go/token"
 	"go/types"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -75,11 +89,13 @@ type listed struct {
 	ImportPath string
 	Name       string
 	Export     string
+	GoFiles    []string
+	CgoFiles   []string
 }
 
 // goList runs go list -json in dir and decodes the packages it prints.
 func goList(dir string, args ...string) ([]listed, error) {
-	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Name,Export"}, args...)...)
+	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Name,Export,GoFiles,CgoFiles"}, args...)...)
 	cmd.Dir = dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -107,14 +123,17 @@ func moduleAPI(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A directory of tests only (or of files for other platforms) has no
+	// package to import.
 	var public []string
 	for _, p := range all {
-		if p.Name != "main" && !slices.Contains(strings.Split(p.ImportPath, "/"), "internal") {
+		if p.Name != "main" && !slices.Contains(strings.Split(p.ImportPath, "/"), "internal") &&
+			len(p.GoFiles)+len(p.CgoFiles) > 0 {
 			public = append(public, p.ImportPath)
 		}
 	}
 	if len(public) == 0 {
-		return nil, fmt.Errorf("no public package in %s", dir)
+		return nil, nil
 	}
 	built, err := goList(dir, append([]string{"-export"}, public...)...)
 	if err != nil {
@@ -169,12 +188,28 @@ func packageAPI(pkg *types.Package) []string {
 	return w.lines
 }
 
-// constValue is v in full (String shortens long strings).
+// constValue is v in full (String shortens long strings and rounds floats
+// to six digits).
 func constValue(v constant.Value) string {
-	if v.Kind() == constant.String {
+	switch v.Kind() {
+	case constant.String:
 		return v.ExactString()
+	case constant.Float:
+		return floatValue(v)
+	case constant.Complex:
+		return "(" + floatValue(constant.Real(v)) + " + " + floatValue(constant.Imag(v)) + "i)"
 	}
 	return v.String()
+}
+
+// floatValue is v as the shortest decimal that reads back as the float64
+// nearest v (beyond float64's range, as String shows it).
+func floatValue(v constant.Value) string {
+	f, _ := constant.Float64Val(v)
+	if math.IsInf(f, 0) {
+		return v.String()
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 // writer collects the lines of one package.
@@ -192,7 +227,11 @@ func (w *writer) emit(format string, args ...any) {
 func (w *writer) typeName(obj *types.TypeName) {
 	name := obj.Name()
 	if obj.IsAlias() {
-		w.emit("type %s = %s", name, w.typ(types.Unalias(obj.Type())))
+		var params string
+		if a, ok := obj.Type().(*types.Alias); ok {
+			params = w.typeParams(a.TypeParams())
+		}
+		w.emit("type %s%s = %s", name, params, w.typ(types.Unalias(obj.Type())))
 		return
 	}
 	named := obj.Type().(*types.Named)
@@ -208,6 +247,7 @@ func (w *writer) typeName(obj *types.TypeName) {
 				w.emit("type %s struct, %s %s", name, f.Name(), w.typ(f.Type()))
 			}
 		}
+		w.promoted(named, u, map[*types.Named]bool{})
 	case *types.Interface:
 		var names []string
 		unexported := false
@@ -220,7 +260,10 @@ func (w *writer) typeName(obj *types.TypeName) {
 			w.emit("type %s interface, %s%s", name, m.Name(), w.signature(m.Type().(*types.Signature)))
 		}
 		for e := range u.EmbeddedTypes() {
-			if _, ok := e.Underlying().(*types.Interface); !ok {
+			// An embedded method set is in the methods above; what a
+			// constraint embeds (comparable, a union, another constraint)
+			// is in no method.
+			if _, ok := e.Underlying().(*types.Interface); !ok || !u.IsMethodSet() {
 				w.emit("type %s interface, embedded %s", name, w.typ(e))
 			}
 		}
@@ -249,6 +292,46 @@ func (w *writer) typeName(obj *types.TypeName) {
 			recv = name
 		}
 		w.emit("method (%s) %s%s", recv, m.Name(), w.signature(m.Type().(*types.Signature)))
+	}
+}
+
+// promoted emits the exported fields that named gets from the types that
+// s embeds and that are not exported, at any depth, each as a field of
+// named: those that a selector on named reaches (not shadowed, not
+// ambiguous).
+func (w *writer) promoted(named *types.Named, s *types.Struct, seen map[*types.Named]bool) {
+	for f := range s.Fields() {
+		if !f.Embedded() {
+			continue
+		}
+		t := types.Unalias(f.Type())
+		if p, ok := t.(*types.Pointer); ok {
+			t = types.Unalias(p.Elem())
+		}
+		e, ok := t.(*types.Named)
+		if !ok || e.Obj().Exported() || seen[e] {
+			continue
+		}
+		seen[e] = true
+		es, ok := e.Underlying().(*types.Struct)
+		if !ok {
+			continue
+		}
+		for g := range es.Fields() {
+			if !g.Exported() {
+				continue
+			}
+			obj, _, _ := types.LookupFieldOrMethod(named, true, w.pkg, g.Name())
+			if v, ok := obj.(*types.Var); !ok || v.Origin() != g.Origin() {
+				continue
+			}
+			if g.Embedded() {
+				w.emit("type %s struct, embedded %s", named.Obj().Name(), w.typ(g.Type()))
+			} else {
+				w.emit("type %s struct, %s %s", named.Obj().Name(), g.Name(), w.typ(g.Type()))
+			}
+		}
+		w.promoted(named, es, seen)
 	}
 }
 
