@@ -279,6 +279,18 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	gate, first := -1, c.gateOf(full)
 	askAll := false          // the next ask goes to every master
 	var quorumFree time.Time // when the last ask of every master said a quorum could be free
+	// heard: the masters that announced a release since the last ask of
+	// every master, over all the wake-ups since; a wake-up may bring one
+	// master's announcement and the next another's, and together they are
+	// the quorum of masters other than the gate that makes a refusing
+	// gate suspect (TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate).
+	var heard uint64
+	// seen: the masters whose subscription had confirmed at the last
+	// ask. A release a master announced before this Client's subscription
+	// there confirmed is heard by no one: the ask after a confirmation
+	// goes to every master, not the gate alone, which may hold a stray key
+	// (TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate).
+	var seen uint64
 	var last error
 	again := "" // the turn of an ask refused and made again at once: ready cleared its carry
 	for n = 1; ; n++ {
@@ -288,16 +300,21 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		}
 		again = ""
 		woken := c.freed(released, from, need)
+		heard |= announced
 		// A quorum should be free: this Client's turn on enough masters,
 		// the PTTLs of the last ask of every master passed, or a quorum
-		// of masters other than the gate announced a release, whoever's
-		// turn, the gate not (a gate that holds a stray key never
-		// announces; one that announced and refuses was taken since).
-		others := gate >= 0 && announced&bit(gate) == 0 && bits.OnesCount64(announced) >= c.quorum
+		// of masters other than the gate announced a release since that
+		// ask, whoever's turn, the gate not (a gate that holds a stray key
+		// never announces; one that announced and refuses was taken since).
+		others := gate >= 0 && heard&bit(gate) == 0 && bits.OnesCount64(heard) >= c.quorum
 		due := woken || others || !time.Now().Before(quorumFree)
 		lead := woken || others && released&announced&-announced != 0 // the turn on the first that announced
 		plain := !c.cfg.fencing && (n == 1 && optimistic || woken)
 		asked := gate
+		if confirmed&^seen != 0 {
+			asked = -1
+		}
+		seen = confirmed
 		if askAll && (gate < 0 || announced&bit(gate) == 0) {
 			// Not when the gate announced a release meanwhile: it holds
 			// no stray key, and waiters that all asked every master now
@@ -309,6 +326,9 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		start := time.Now()
 		lock, res, err := c.try(ctx, tryArgs{key: key, ttl: ttl, token: newToken(), turn: turn, plain: plain, gate: asked})
 		nodes, wait, blocked := res.nodes, res.wait, res.blocked
+		if asked < 0 {
+			heard = 0 // this ask read every master's state
+		}
 		if err == nil {
 			if len(turn) > wake.IDLen && turn[len(turn)-wake.IDLen:] == c.turnID {
 				held = ttl
