@@ -94,7 +94,11 @@ func TestWatchdogFollowsAShortenedValidity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	if err := l.Extend(ctx, 200*time.Millisecond); err != nil {
+	// 800ms: under the renewal interval (1s), so a watchdog that did not
+	// follow the new end would renew after it; above the cancel margin
+	// (300ms), so the renewal has about 490ms to complete on a loaded
+	// machine rather than the ~190ms a 200ms Extend would leave it.
+	if err := l.Extend(ctx, 800*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	validUntil := time.Now().Add(l.Validity())
