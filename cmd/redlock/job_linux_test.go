@@ -415,12 +415,23 @@ func TestCtrlZWhileTheJobStartsStopsTheJob(t *testing.T) {
 	waitFor(t, a, "the guard started", func() bool { return len(childrenOf(redlockPid)) > 0 })
 	signalProc(t, a, syscall.SIGTSTP)
 	guard := guardOf(t, a)
+	// The guard's children are read again at every look: a process seen
+	// while the job starts may be gone by the next look; those that stay
+	// must stop.
 	var job []int
-	waitFor(t, a, "the command started", func() bool {
+	waitFor(t, a, "the command started and stopped", func() bool {
 		job = childrenOf(guard)
-		return len(job) > 0
+		if len(job) == 0 {
+			return false
+		}
+		for _, pid := range append(job, redlockPid) {
+			st, ok := readProcess(pid)
+			if !ok || !(st.state == 'T' || st.state == 'D' && stopPending(pid)) {
+				return false
+			}
+		}
+		return true
 	})
-	waitState(t, true, append(job, redlockPid)...)
 	signalProc(t, a, syscall.SIGCONT)
 	waitState(t, false, append(job, redlockPid)...)
 	touch(t, filepath.Join(dir, "stop"))
