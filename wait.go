@@ -37,7 +37,9 @@ package redlock
 //     TestWaiterObtainsPastAStrayKeyOnTheGate,
 //     TestWaiterPastAStrayKeyWithoutWakeUps,
 //     TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate,
-//     TestHerdWokenTogetherDoesNotSplitTheMasters).
+//     TestWaiterPastAStrayKeyLandedOnTheGateAfterItAnnounced,
+//     TestHerdWokenTogetherDoesNotSplitTheMasters,
+//     TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
 //   - Close ends every wait with ErrClosed (TestWaitClose).
 
 import (
@@ -131,6 +133,12 @@ func (c *Client) quorumFree(rd *round) (time.Duration, bool) {
 // long enough for the other Client's acquire to land first, so that this
 // one's, refused, queues it again.
 func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *time.Timer, from uint64, need int, wait time.Duration) error {
+	return c.sleepOn(ctx, w, x, timer, from, need, wait, true)
+}
+
+// sleepOn is sleepUntil; without retries, being told to ask again does
+// not end the sleep (the flag stays for the next ask).
+func (c *Client) sleepOn(ctx context.Context, w *waker, x *waiter, timer *time.Timer, from uint64, need int, wait time.Duration, retries bool) error {
 	need = max(need, 1)
 	stop := func() {
 		if !timer.Stop() {
@@ -160,7 +168,7 @@ func (c *Client) sleepUntil(ctx context.Context, w *waker, x *waiter, timer *tim
 			// A quorum of announcements frees the key whoever refused x: a
 			// head refused at the gate alone hears the other masters too,
 			// should the gate not announce (frozen since it refused).
-			if retry || c.freed(released, from, need) {
+			if retry && retries || c.freed(released, from, need) {
 				return nil
 			}
 			switch {
@@ -262,8 +270,10 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	// when a quorum should be free (enough masters announced a release
 	// with this Client's turn, or a quorum of them with anyone's while the
 	// gate announced none, or the PTTLs of the last ask of every master
-	// have passed), and that announced no release in the same wake-up (one
-	// that did was taken since, by a waiter woken with this one), may hold
+	// have passed, or a subscription confirmed since the last ask: a
+	// release may have gone unheard), and that announced no release in
+	// the same wake-up (one that did was taken since, by a waiter woken
+	// with this one), may hold
 	// a stray key (a contender that died between its SET and its undo, a
 	// Release that never reached it): the waiter then asks every master,
 	// so a minority of masters cannot keep it from a lock a quorum can
@@ -284,12 +294,19 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	// master's announcement and the next another's, and together they are
 	// the quorum of masters other than the gate that makes a refusing
 	// gate suspect (TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate).
+	// The gate's own announcement counts until the gate refuses: it was
+	// taken since, and a stray key that lands there later announces
+	// nothing (TestWaiterPastAStrayKeyLandedOnTheGateAfterItAnnounced).
 	var heard uint64
 	// seen: the masters whose subscription had confirmed at the last
 	// ask. A release a master announced before this Client's subscription
-	// there confirmed is heard by no one: the ask after a confirmation
-	// goes to every master, not the gate alone, which may hold a stray key
-	// (TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate).
+	// there confirmed is heard by no one: a gate that refuses the ask
+	// after a new confirmation is suspect, as when a quorum should be free
+	// (TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate). That ask goes
+	// to the gate all the same, and a suspect gate's waiter asks every
+	// master only after turnWait: waiters of several Clients confirmed
+	// together right after a release that all asked every master at once
+	// would split the masters (TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
 	var seen uint64
 	var last error
 	again := "" // the turn of an ask refused and made again at once: ready cleared its carry
@@ -305,16 +322,15 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		// the PTTLs of the last ask of every master passed, or a quorum
 		// of masters other than the gate announced a release since that
 		// ask, whoever's turn, the gate not (a gate that holds a stray key
-		// never announces; one that announced and refuses was taken since).
+		// never announces; one that announced and refuses was taken since);
+		// or a subscription confirmed since the last ask (see seen).
 		others := gate >= 0 && heard&bit(gate) == 0 && bits.OnesCount64(heard) >= c.quorum
-		due := woken || others || !time.Now().Before(quorumFree)
+		fresh := confirmed&^seen != 0 // a release may have gone unheard
+		seen = confirmed
+		due := woken || others || fresh || !time.Now().Before(quorumFree)
 		lead := woken || others && released&announced&-announced != 0 // the turn on the first that announced
 		plain := !c.cfg.fencing && (n == 1 && optimistic || woken)
 		asked := gate
-		if confirmed&^seen != 0 {
-			asked = -1
-		}
-		seen = confirmed
 		if askAll && (gate < 0 || announced&bit(gate) == 0) {
 			// Not when the gate announced a release meanwhile: it holds
 			// no stray key, and waiters that all asked every master now
@@ -336,6 +352,9 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			return lock, n, nodes, nil
 		}
 		atGate := asked >= 0 && blocked == bit(asked)
+		if atGate {
+			heard &^= bit(asked) // taken since it announced (see heard)
+		}
 		// refused: the masters that said the key is held; only their
 		// announcements can come.
 		var refused uint64
@@ -361,8 +380,8 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		last = err // what this wait ends with if the next ask is cut short (cutShort)
 		w.noteFailed(x, err)
 		if atGate && due && !woken && !others && wait <= timeout {
-			// Due by time alone, and the gate's own key expires within a
-			// node timeout: the holder's key there, set a moment after
+			// Due by time (or a confirmation) alone, and the gate's own key
+			// expires within a node timeout: the holder's key there, set a moment after
 			// the others, not a stray. Ask the gate again then: waiters
 			// woken by the same expiry that asked every master would split
 			// the masters (TestHerdWokenTogetherDoesNotSplitTheMasters).
@@ -374,8 +393,12 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 			// (TestHerdWokenTogetherDoesNotSplitTheMasters).
 			askAll = true
 			if !lead {
+				// A confirmation meanwhile does not cut it short: the ask
+				// after it reads every master anyway, and one made before
+				// the gate's winner took the others would split the masters
+				// (TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
 				timer.Reset(turnWait(timeout))
-				if cause := c.sleepUntil(ctx, w, x, timer, 0, c.quorum, turnWait(timeout)); cause != nil {
+				if cause := c.sleepOn(ctx, w, x, timer, 0, c.quorum, turnWait(timeout), false); cause != nil {
 					return nil, n, nil, wrapCause(err, cause)
 				}
 			}

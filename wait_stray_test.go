@@ -1,12 +1,19 @@
 package redlock_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 // Stray keys on the gate (the master waiters ask first) and herds of waiters
@@ -188,5 +195,184 @@ func TestHerdPastAStrayKeyOnTheGateDrains(t *testing.T) {
 				t.Errorf("%d of %d waiters did not get the lock within 15s", h.fails, k)
 			}
 		})
+	}
+}
+
+// TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters: six Clients, each
+// with one waiter queued on every master, whose subscriptions confirm only
+// once the holder has released the key (their dials are held until then):
+// no Client heard the release, and each head asks again at its
+// confirmations, all at about the same moment, the key free everywhere.
+// They ask the gate first, which serializes them, and those refused there
+// ask every master only after turnWait, once the gate's winner took the
+// others: no grant is undone, in any of four rounds, each with new
+// Clients. (Each lock is held 100ms, longer than turnWait, so that a
+// waiter's all-ask after turnWait meets a lock held, not one released
+// that moment.)
+func TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters(t *testing.T) {
+	const k = 6
+	servers, clients, a := cluster(t, 3)
+	ctx := t.Context()
+	for round := range 4 {
+		held := obtain(t, a, "k", 20*time.Second)
+		hook := &releases{}
+		open := make(chan struct{})
+		var hold atomic.Bool
+		dials := &dialHook{}
+		dials.set(func() {
+			if hold.Load() {
+				select {
+				case <-open:
+				case <-time.After(5 * time.Second):
+				}
+			}
+		})
+		var cs []*redlock.Client
+		for range k {
+			var own []redis.UniversalClient
+			for _, s := range servers {
+				rdb := clientOf(t, s)
+				rdb.AddHook(hook)
+				rdb.AddHook(dials)
+				spare(t, rdb, 3)
+				own = append(own, rdb)
+			}
+			c := newClient(t, own)
+			obtain(t, c, "warm", time.Second).Release(ctx) // its lanes take their connections
+			cs = append(cs, c)
+		}
+		hold.Store(true) // only subscriptions dial from now on: they always do, and the pool has spare connections
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		locks := map[string]bool{}
+		fails := 0
+		for _, c := range cs {
+			wg.Go(func() {
+				l, err := c.Obtain(wctx, "k", 20*time.Second, redlock.WithWait())
+				mu.Lock()
+				if err != nil {
+					fails++
+				} else {
+					locks[l.Token()] = true
+				}
+				mu.Unlock()
+				if err == nil {
+					work(100 * time.Millisecond) // past turnWait: see the doc comment
+					_ = l.Release(context.Background())
+				}
+			})
+		}
+		for _, m := range clients {
+			queuedN(t, m, "k", k) // every head asked every master, and its subscriptions are dialling
+		}
+		if err := held.Release(ctx); err != nil { // announced to nobody
+			t.Fatal(err)
+		}
+		close(open)
+		wg.Wait()
+		cancel()
+		undone := 0
+		for _, tok := range hook.get() {
+			if !locks[tok] {
+				undone++
+			}
+		}
+		if fails > 0 {
+			t.Errorf("round %d: %d of %d waiters did not get the lock within 15s", round, fails, k)
+		}
+		if undone > 0 {
+			t.Errorf("round %d: %d grants undone: waiters that asked at their confirmations split the masters", round, undone)
+		}
+	}
+}
+
+// TestWaiterPastAStrayKeyLandedOnTheGateAfterItAnnounced: a waiter heard
+// the gate announce a release (the turn went to a closed Client), was
+// then refused at the gate by the Client that took the key, and that
+// Client's key on the gate became a stray (overwritten here) before its
+// release announced on the other two masters, again with a closed
+// Client's turn. The gate's announcement before its refusal says nothing
+// of the stray: the waiter asks every master and gets the two free ones
+// within a few round trips, not once the first holder's TTL (6s), which
+// it read when it last asked every master, has passed.
+func TestWaiterPastAStrayKeyLandedOnTheGateAfterItAnnounced(t *testing.T) {
+	_, clients, a := cluster(t, 3)
+	ctx := t.Context()
+	b := newClient(t, clients, redlock.WithNodeTimeout(500*time.Millisecond))
+	c := newClient(t, clients)
+	gate := redlock.GateOf(b, "k")
+	held := obtain(t, a, "k", 6*time.Second)
+	redistest.Eventually(t, func() error { // on every master before the waiters ask
+		if hs := holdersOf(t, clients, "k"); slices.Contains(hs, "") {
+			return fmt.Errorf("holders %q", hs)
+		}
+		return nil
+	})
+	// gone waits, queued on masters where it is asked, and is closed: a
+	// turn given to it goes unused.
+	gone := func(on []redis.UniversalClient, n int) {
+		d, err := redlock.New(clients)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := waitFor(ctx, d, "k", 20*time.Second)
+		for _, m := range on {
+			queuedN(t, m, "k", n)
+		}
+		d.Close()
+		<-ch
+	}
+	gone(clients, 1)
+	ch := waitFor(ctx, b, "k", 20*time.Second)
+	for _, m := range clients {
+		queuedN(t, m, "k", 2)
+	}
+	subscribedAll(t, clients) // B sleeps on the holder's TTL
+	// The release gives the turn to the closed Client: B waits turnWait.
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := c.Obtain(ctx, "k", 20*time.Second)
+	if err != nil {
+		t.Fatalf("C, before B's ask: %v", err)
+	}
+	queuedN(t, clients[gate], "k", 1) // B asked the gate, refused
+	var others []redis.UniversalClient
+	for i, m := range clients {
+		if i != gate {
+			others = append(others, m)
+		}
+	}
+	gone(others, 1) // C's release announces on the other two, with a closed Client's turn
+	if err := clients[gate].Set(ctx, "k", "stray-owner", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	_ = lc.Release(ctx) // the gate's key is not C's: it stays
+	w := outcome(t, ch, 15*time.Second)
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	defer w.l.Release(ctx)
+	if d := time.Since(released); d > 2*time.Second {
+		t.Errorf("obtained %v after the release, want a few round trips, not the first holder's TTL (6s)", d.Round(time.Millisecond))
+	}
+}
+
+// spare leaves n idle connections in rdb's pool: a request that needs one
+// more connection than it has in use does not dial.
+func spare(t *testing.T, rdb *redis.Client, n int) {
+	t.Helper()
+	var conns []*redis.Conn
+	for range n {
+		cn := rdb.Conn()
+		if err := cn.Ping(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, cn)
+	}
+	for _, cn := range conns {
+		cn.Close()
 	}
 }
