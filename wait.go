@@ -39,7 +39,10 @@ package redlock
 //     TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate,
 //     TestWaiterPastAStrayKeyLandedOnTheGateAfterItAnnounced,
 //     TestHerdWokenTogetherDoesNotSplitTheMasters,
-//     TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
+//     TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters); once the
+//     gate's key is a node timeout old when the waiter does not lead, so
+//     that a slow winner of the gate has taken the others first
+//     (gateSettles; TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow).
 //   - Close ends every wait with ErrClosed (TestWaitClose).
 
 import (
@@ -60,6 +63,26 @@ import (
 // 50 ms.
 func turnWait(timeout time.Duration) time.Duration {
 	return min(max(timeout/10, time.Millisecond), 50*time.Millisecond)
+}
+
+// gateSettles is how long a waiter refused by a suspect gate waits before
+// it asks every master: turnWait, or longer while the gate's key (pttl
+// left of it) is younger than a node timeout. The gate's winner asks the
+// other masters within a node timeout of its grant there, and an ask of
+// every master before that ends would split them between it and the
+// waiter however slow a loaded machine makes the winner
+// (TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow). A stray key
+// is that old once the waiter has waited so: it costs a node timeout at
+// most. The key's age is read against the waiter's own ttl, the value
+// holding no TTL of its own: a winner whose TTL differs from the waiter's
+// by a node timeout or more looks old, and gets turnWait alone; a split
+// then costs an undo and another ask, never a second holder.
+func gateSettles(ttl, pttl, timeout time.Duration) time.Duration {
+	d := turnWait(timeout)
+	if age := ttl - pttl; age >= 0 && age < timeout {
+		d = max(d, timeout-age+time.Millisecond)
+	}
+	return d
 }
 
 // turnLead is how long a Client that may take a key but whose turn it is
@@ -280,7 +303,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	// grant (TestWaiterObtainsPastAStrayKeyOnTheGate,
 	// TestWaiterPastAStrayKeyWithoutWakeUps). At once when it leads: its
 	// turn on enough masters, or on the first of the masters that
-	// announced; otherwise after turnWait, so that the waiter that won
+	// announced; otherwise after gateSettles, so that the waiter that won
 	// the gate, or the one that leads, has taken the others first and the
 	// masters are not split between waiters woken together
 	// (TestHerdWokenTogetherDoesNotSplitTheMasters). last is the error of
@@ -304,7 +327,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 	// after a new confirmation is suspect, as when a quorum should be free
 	// (TestWaitersOfSeveralClientsPastAStrayKeyOnTheGate). That ask goes
 	// to the gate all the same, and a suspect gate's waiter asks every
-	// master only after turnWait: waiters of several Clients confirmed
+	// master only after gateSettles: waiters of several Clients confirmed
 	// together right after a release that all asked every master at once
 	// would split the masters (TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
 	var seen uint64
@@ -397,7 +420,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 				// after it reads every master anyway, and one made before
 				// the gate's winner took the others would split the masters
 				// (TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
-				timer.Reset(turnWait(timeout))
+				timer.Reset(gateSettles(ttl, wait, timeout))
 				if cause := c.sleepOn(ctx, w, x, timer, 0, c.quorum, turnWait(timeout), false); cause != nil {
 					return nil, n, nil, wrapCause(err, cause)
 				}

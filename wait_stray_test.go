@@ -204,16 +204,34 @@ func TestHerdPastAStrayKeyOnTheGateDrains(t *testing.T) {
 // no Client heard the release, and each head asks again at its
 // confirmations, all at about the same moment, the key free everywhere.
 // They ask the gate first, which serializes them, and those refused there
-// ask every master only after turnWait, once the gate's winner took the
-// others: no grant is undone, in any of four rounds, each with new
-// Clients. (Each lock is held 100ms, longer than turnWait, so that a
-// waiter's all-ask after turnWait meets a lock held, not one released
-// that moment.)
+// ask every master only once the gate's winner took the others: no grant
+// is undone, in any of four rounds, each with new Clients. (Each lock is
+// held 100ms, longer than turnWait, so that a waiter's ask of every master
+// meets a lock held, not one released that moment.)
 func TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters(t *testing.T) {
+	herdConfirmedAfterTheRelease(t, 4, 0)
+}
+
+// TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow: the herd of
+// TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters, with the gate's
+// winner slow to ask the other masters (its requests there held 150ms,
+// three times turnWait, as a loaded machine may hold them): the waiters
+// the gate refused wait for its key there to be a node timeout old, not
+// merely turnWait, before they ask every master, and no grant is undone.
+func TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow(t *testing.T) {
+	herdConfirmedAfterTheRelease(t, 2, 150*time.Millisecond)
+}
+
+// herdConfirmedAfterTheRelease runs rounds of six waiting Clients whose
+// subscriptions confirm after the release, each Client's requests to a
+// master other than the gate held slow when they carry a token the gate
+// granted (the gate's winner), and fails the test for a grant undone.
+func herdConfirmedAfterTheRelease(t *testing.T, rounds int, slow time.Duration) {
 	const k = 6
 	servers, clients, a := cluster(t, 3)
+	gate := redlock.GateOf(a, "k")
 	ctx := t.Context()
-	for round := range 4 {
+	for round := range rounds {
 		held := obtain(t, a, "k", 20*time.Second)
 		hook := &releases{}
 		open := make(chan struct{})
@@ -227,13 +245,15 @@ func TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters(t *testing.T) {
 				}
 			}
 		})
+		winners := &gateWinners{slow: slow, granted: map[string]bool{}}
 		var cs []*redlock.Client
 		for range k {
 			var own []redis.UniversalClient
-			for _, s := range servers {
+			for i, s := range servers {
 				rdb := clientOf(t, s)
 				rdb.AddHook(hook)
 				rdb.AddHook(dials)
+				rdb.AddHook(&gateWinnerHook{w: winners, gate: i == gate})
 				spare(t, rdb, 3)
 				own = append(own, rdb)
 			}
@@ -284,6 +304,120 @@ func TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters(t *testing.T) {
 		if undone > 0 {
 			t.Errorf("round %d: %d grants undone: waiters that asked at their confirmations split the masters", round, undone)
 		}
+		if slow > 0 && winners.held() == 0 {
+			t.Errorf("round %d: no winner of the gate was held slow: the test tests nothing", round)
+		}
+	}
+}
+
+// gateWinners holds the acquires sent to masters other than the gate that
+// carry a token the gate granted to key "k", for slow: the gate's winner
+// asks the others slowly.
+type gateWinners struct {
+	slow    time.Duration
+	mu      sync.Mutex
+	granted map[string]bool // tokens (their first 22 characters)
+	n       int             // requests held
+}
+
+// tokensOf returns the token of cmd, a command on key "k" (the argument
+// after the key, its first 22 characters: a plain SET's value may carry a
+// turn queue after it), if any.
+func tokensOf(cmd redis.Cmder) []string {
+	a := cmd.Args()
+	i := slices.Index(a, any("k"))
+	if i < 0 || i+1 >= len(a) {
+		return nil
+	}
+	if s, ok := a[i+1].(string); ok && len(s) >= 22 {
+		return []string{s[:22]}
+	}
+	return nil
+}
+
+// granted reports whether cmd, an acquire, was granted: SET NX's OK, or a
+// script's {1, fence}.
+func granted(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok || c.Err() != nil {
+		return false
+	}
+	switch v := c.Val().(type) {
+	case string:
+		return v == "OK"
+	case []any:
+		return len(v) > 0 && v[0] == int64(1)
+	}
+	return false
+}
+
+func (w *gateWinners) held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+// A gateWinnerHook is one master's hook of gateWinners.
+type gateWinnerHook struct {
+	w    *gateWinners
+	gate bool
+}
+
+func (h *gateWinnerHook) before(cmds []redis.Cmder) {
+	if h.gate || h.w.slow == 0 {
+		return
+	}
+	h.w.mu.Lock()
+	hit := false
+	for _, c := range cmds {
+		if len(c.Args()) < 6 { // not an acquire (a release): its winner is not slow to release
+			continue
+		}
+		for _, tok := range tokensOf(c) {
+			hit = hit || h.w.granted[tok]
+		}
+	}
+	if hit {
+		h.w.n++
+	}
+	h.w.mu.Unlock()
+	if hit {
+		time.Sleep(h.w.slow)
+	}
+}
+
+func (h *gateWinnerHook) after(cmds []redis.Cmder) {
+	if !h.gate {
+		return
+	}
+	h.w.mu.Lock()
+	defer h.w.mu.Unlock()
+	for _, c := range cmds {
+		if granted(c) {
+			for _, tok := range tokensOf(c) {
+				h.w.granted[tok] = true
+			}
+		}
+	}
+}
+
+func (h *gateWinnerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *gateWinnerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.before([]redis.Cmder{cmd})
+		err := next(ctx, cmd)
+		h.after([]redis.Cmder{cmd})
+		return err
+	}
+}
+
+func (h *gateWinnerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.before(cmds)
+		err := next(ctx, cmds)
+		h.after(cmds)
+		return err
 	}
 }
 
