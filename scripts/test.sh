@@ -59,14 +59,37 @@ passed=()
 failed=()
 # step NAME CMD... runs CMD and records NAME as passed or failed, also in
 # the file outcomes_file names, if any. It returns 0 either way, so that a
-# caller under set -e goes on to the next step.
+# caller under set -e goes on to the next step. CMD's output is shown and
+# kept in the directory step_logs names, for the summary (reasons).
 step() {
 	local name=$1 t0=$SECONDS outcome=ok
 	shift
-	"$@" || outcome=FAIL
+	[ -n "${step_logs:-}" ] || step_logs=$(mktemp -d) # (self-test: "a step before")
+	"$@" 2>&1 | tee "$(step_log "$name")" || outcome=FAIL
 	if [ $outcome = ok ]; then passed+=("$name"); else failed+=("$name"); fi
 	printf 'test.sh: %-4s %s (%ds)\n' $outcome "$name" $((SECONDS - t0))
 	[ -z "${outcomes_file:-}" ] || echo "$outcome $name" >>"$outcomes_file"
+}
+
+# step_log NAME is the file that keeps step NAME's output.
+step_log() { printf '%s/%s.log' "$step_logs" "$(printf '%s' "$1" | tr -c 'A-Za-z0-9' _)"; }
+
+# reasons NAME... prints, for each failed step NAME, the lines of its
+# output that say what failed: a test's --- FAIL line and what the test
+# logged under it, a panic, a results table's FAIL row and its figures;
+# else the output's last lines. A long run's log is cut in the middle
+# where it is read (a CI page): the summary says it at the end (self-test:
+# "a failed step's reasons are in the summary").
+reasons() {
+	local name log lines
+	for name in "$@"; do
+		log=$(step_log "$name")
+		[ -f "$log" ] || continue
+		echo "--- $name"
+		lines=$(grep -E -A12 '^[[:space:]]*--- FAIL|^panic:|\| FAIL$|^FAIL[[:space:]]' "$log" |
+			grep -v -E '^[[:space:]]*--- PASS|^=== (RUN|PAUSE|CONT)' | head -80 || true)
+		if [ -n "$lines" ]; then echo "$lines"; else tail -n 15 "$log"; fi
+	done
 }
 
 check_gofmt() {
@@ -202,9 +225,11 @@ untimed_stop() {
 # remove its files: bash runs the EXIT trap also when INT, TERM or HUP ends
 # it, signals which the job's own process group does not get from a
 # terminal or from a kill of the command's group (self-test: "an
-# interrupted command").
+# interrupted command"); and the paths PATH... given, if any.
 untimed_traps() {
-	trap 'untimed_stop; rm -f "$bg_log" "$bg_status"' EXIT
+	local also=
+	[ $# -eq 0 ] || printf -v also '%q ' "$@"
+	trap 'untimed_stop; rm -rf "$bg_log" "$bg_status" '"$also" EXIT
 }
 
 # untimed_finish shows the background job's log, following it until the
@@ -238,7 +263,8 @@ untimed_finish() {
 self_test() {
 	local bad=0 pgid pid
 	tmp=$(mktemp -d)
-	bg_log=$tmp/log bg_status=$tmp/status bg_pid=
+	bg_log=$tmp/log bg_status=$tmp/status bg_pid= step_logs=$tmp/steps
+	mkdir "$step_logs"
 	trap 'untimed_stop; rm -rf "$tmp"' EXIT
 	# verdict CASE CMD...: the case holds if CMD succeeds.
 	verdict() {
@@ -360,6 +386,30 @@ self_test() {
 	printf 'package m\n\nfunc broken() int {}\n' >"$tmp/m/c_test.go"
 	step "unlisted" in_dir "$tmp/m" fuzz_all >/dev/null
 	verdict "fuzz_all fails without a target, or when one cannot be listed" recorded "a target" "no target|unlisted"
+
+	failing() {
+		echo "=== RUN   TestA"
+		echo "--- FAIL: TestA (0.01s)"
+		echo "    a_test.go:7: the reason"
+		for i in {1..100}; do echo "noise $i"; done
+		echo "FAIL"
+		return 1
+	}
+	step "a test fails" failing >/dev/null
+	step "no test says why" bash -c 'echo the last word; exit 1' >/dev/null
+	reasons "a test fails" "no test says why" >"$tmp/reasons"
+	verdict "a failed step's reasons are in the summary" grep -q "a_test.go:7: the reason" "$tmp/reasons"
+	verdict "a failed step without a test's reason shows its last lines" grep -q "the last word" "$tmp/reasons"
+	recorded "" "a test fails|no test says why" >/dev/null
+
+	# The command's first steps run before anything else is set up.
+	verdict "a step before the logs' directory is set passes" bash -c "
+		set -euo pipefail
+		source <(sed -n '/^step() {/,/^}/p; /^step_log() {/,/^}/p' '$0')
+		unset step_logs
+		outcome_of() { step first true >/dev/null; [ \"\${passed[*]}\" = first ]; }
+		passed=() failed=()
+		outcome_of"
 	return $bad
 }
 
@@ -387,6 +437,8 @@ while IFS= read -r mod; do
 done < <(find . -name go.mod -not -path ./go.mod \
 	-not -path '*/.git/*' -not -path '*/testdata/*' -not -path '*/vendor/*' | sort)
 
+step_logs=$(mktemp -d)
+trap 'rm -rf "$step_logs"' EXIT # untimed_traps below takes it over
 header "gofmt"
 step gofmt check_gofmt
 
@@ -398,7 +450,7 @@ step "licenses: check's self-test" bash scripts/check-license.sh --self-test
 step "test command's self-test" bash scripts/test.sh --self-test
 
 bg_log=$(mktemp) bg_status=$(mktemp) bg_pid=
-untimed_traps
+untimed_traps "$step_logs"
 untimed_start untimed_steps
 
 for dir in "${modules[@]}"; do
@@ -412,6 +464,8 @@ untimed_finish
 header "summary"
 total=$((${#passed[@]} + ${#failed[@]}))
 if [ ${#failed[@]} -gt 0 ]; then
+	echo "what failed, from each failed step's output:"
+	reasons "${failed[@]}"
 	list=$(printf '%s, ' "${failed[@]}")
 	printf 'test.sh: FAILED %d of %d steps in %ds: %s\n' "${#failed[@]}" "$total" "$SECONDS" "${list%, }"
 	exit 1
