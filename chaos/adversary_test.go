@@ -207,11 +207,12 @@ type advClient struct {
 	ttls     []time.Duration
 	quorum   int
 
-	mu      sync.Mutex
-	lk      Locker
-	gen     int
-	pausers int
-	paused  chan struct{} // closed while not paused
+	mu       sync.Mutex
+	lk       Locker
+	gen      int
+	attached map[Locker]bool // locks that took a hand-over: Close may wait for its recheck
+	pausers  int
+	paused   chan struct{} // closed while not paused
 }
 
 // kind names the masters the client locks on: clients of one kind share
@@ -708,11 +709,22 @@ func (a *advRun) syncWitness(ctx context.Context) error {
 	})
 }
 
+// stackFrames are lockFrames and the library's internal packages (a
+// lane's worker, a subscription), for lockStacks.
+var stackFrames = append([]string{"github.com/redlock-go/redlock/internal/"}, lockFrames...)
+
 // lockStacks sums up the lock's goroutines: each one's innermost frame
 // of the lock and its state, with counts.
 func lockStacks() string {
 	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
+	for { // every goroutine's stack: a run holds hundreds of them
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 	n := map[string]int{}
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		lines := strings.Split(g, "\n")
@@ -721,7 +733,7 @@ func lockStacks() string {
 			state = strings.TrimSuffix(state[i+1:], "]:")
 		}
 		for j, l := range lines[1:] {
-			if slices.ContainsFunc(lockFrames, func(p string) bool { return strings.HasPrefix(l, p) }) {
+			if slices.ContainsFunc(stackFrames, func(p string) bool { return strings.HasPrefix(l, p) }) {
 				fn, _, _ := strings.Cut(l, "(0x")
 				fn, _, _ = strings.Cut(fn, "(...)")
 				if j+2 < len(lines) { // the file:line under the frame
@@ -762,12 +774,20 @@ func cmpInt(v, def int) int {
 
 // closeBounded closes lk and checks it returned within its bound: the
 // requests in flight (the node timeout, or the go-redis read timeout of
-// user-default clients), a Do's release and fn's exit.
+// user-default clients), a Do's release and fn's exit; and for a lock
+// that took a hand-over, the recheck its Release may leave, which Close
+// waits for: the longer of the node timeout and 500ms (docs/guarantees.md,
+// "A lock handed to another Client").
 func (a *advRun) closeBounded(c *advClient, lk Locker) {
 	bound := 3*c.nt + slack
 	if c.def {
 		bound += time.Second
 	}
+	c.mu.Lock()
+	if c.attached[lk] {
+		bound += max(c.nt, handOverRecheck)
+	}
+	c.mu.Unlock()
 	t0 := time.Now()
 	done := make(chan struct{})
 	go func() { lk.Close(); close(done) }()
@@ -1162,8 +1182,12 @@ func observe(h *Hold, held Held) {
 // lock's, and records what Validity() said before and after.
 func (x *advActor) extend(held Held, h *Hold, ttl time.Duration, concurrent bool) bool {
 	nt := x.c.nt
-	ttl2 := x.pick(ttl/4, ttl, 2*ttl)
-	ctx, cancel := context.WithTimeout(withHold(x.a.wind, h), x.pick(nt/2, nt, 3*nt, ttl))
+	return x.extendTo(held, h, x.pick(ttl/4, ttl, 2*ttl), x.pick(nt/2, nt, 3*nt, ttl), concurrent)
+}
+
+// extendTo extends held to ttl2 within a context of d, and records it on h.
+func (x *advActor) extendTo(held Held, h *Hold, ttl2, d time.Duration, concurrent bool) bool {
+	ctx, cancel := context.WithTimeout(withHold(x.a.wind, h), d)
 	defer cancel()
 	rec := ExtendRec{TTL: ttl2, Concurrent: concurrent}
 	if v := held.Validity(); v > 0 {
@@ -1254,7 +1278,7 @@ func (x *advActor) steps(held Held, h *Hold, ttl time.Duration, keepAlive bool, 
 			keepAlive = false
 		}
 	}
-	steps := []string{"extend", "last-moment", "work", "pause", "watch"}
+	steps := []string{"extend", "last-moment", "work", "pause", "watch", "short-extend"}
 	var skip []string
 	if !keepAlive {
 		skip = append(skip, "watch")
@@ -1296,6 +1320,13 @@ func (x *advActor) steps(held Held, h *Hold, ttl time.Duration, keepAlive bool, 
 			x.a.count("pause", "holder")
 			x.sleep(time.Duration(x.rng.Int64N(int64(3 * ttl / 2))))
 			observe(h, held)
+		case "short-extend":
+			// A shorter Extend, within half a node timeout: one that fails
+			// while the old validity still runs must leave no more than it
+			// set on the masters it reached (stale_validity_after_failed_extend).
+			if !x.extendTo(held, h, ttl/4, x.c.nt/2, keepAlive) {
+				goto done
+			}
 		case "extend":
 			if !x.extend(held, h, ttl, keepAlive) {
 				goto done
@@ -1378,9 +1409,20 @@ func (x *advActor) attach(lk Locker, ho *handoff) {
 	if err != nil {
 		return
 	}
+	x.c.mu.Lock()
+	if x.c.attached == nil {
+		x.c.attached = map[Locker]bool{}
+	}
+	x.c.attached[lk] = true
+	x.c.mu.Unlock()
 	h := x.newHold(held, "attach", got, 0)
 	x.steps(held, h, ho.ttl, x.rng.IntN(3) == 0, nil)
 }
+
+// handOverRecheck is the least wait of the recheck a Release of an
+// attached handle leaves on a master where it found no key: the longest
+// default node timeout.
+const handOverRecheck = 500 * time.Millisecond
 
 // attachValidity is the validity an Attach of a ttl lock counts on from
 // its start, and the bound its confirmations carry to the masters (a

@@ -68,13 +68,14 @@ var mutations = []struct {
 	{"S15-no-NX", adversaryMutant(1, nil), "", "nonx", "overlaps="},
 	{"S15-failed-extend-keeps-validity", adversaryMutant(2, func(c *advConfig) {
 		// A shorter Extend that fails while the old validity still runs
-		// is rarer than the other checks' events: a busy CI machine once
-		// met none in 20s. The run still ends at the first finding.
+		// is rarer than the other checks' events: the steps are mostly
+		// such Extends (short-extend), and a busy machine still gets 40s
+		// to meet one. The run ends at the first finding.
 		c.dur = 40 * time.Second
 		c.redlockClients, c.singleClients = -1, 2
 		c.weights = map[string]int{"delay": 45, "stall": 45, "quiet": 10}
 		c.programs = map[string]int{"byhand": 1}
-		c.steps = map[string]int{"work": 1, "extend": 2}
+		c.steps = map[string]int{"work": 1, "extend": 1, "short-extend": 3}
 	}), "", "keepvalidity", "stale_validity_after_failed_extend="},
 	{"S15-extend-revives", adversaryMutant(3, func(c *advConfig) {
 		c.programs = map[string]int{"byhand": 1}
