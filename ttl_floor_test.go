@@ -53,11 +53,12 @@ func TestTTLBelowTheFloorIsRefused(t *testing.T) {
 // TestTTLAtTheFloorObtainsOnAFreshClient: a lock of the floor's TTL is
 // obtained by a Client's first call on a fresh go-redis client, whose
 // first request dials the master within its node timeout, 20 times out of
-// 20. A failed run whose Obtain returned more than twice the node timeout
-// after it began says nothing of the floor (the library returns at the
-// node timeout: the test process itself was stalled, as it is on a
-// machine loaded many times over), so it is run again, a bounded number of
-// times; any other failure fails the test.
+// 20. A run that failed once the node timeout had passed says nothing of
+// the floor: on an idle machine the dial and the SET take well under a
+// millisecond of the 20ms, and a busy one stalls the test process for
+// longer (a CI run: an i/o timeout after 22.6ms). It is run again, at most
+// 10 times in all; an Obtain that fails within the node timeout, or 10
+// that time out, fail the test (a floor too low for a dial would).
 func TestTTLAtTheFloorObtainsOnAFreshClient(t *testing.T) {
 	srv := redistest.Start(t, 1)[0]
 	ctx := context.Background()
@@ -86,9 +87,9 @@ func TestTTLAtTheFloorObtainsOnAFreshClient(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-		case took > 2*redlock.MinNodeTimeout && stalled < 10:
+		case took >= redlock.MinNodeTimeout && stalled < 10:
 			stalled++
-			t.Logf("run %d: the Obtain returned %v after it began, past twice the node timeout: the process stalled; again: %v", ok, took, err)
+			t.Logf("run %d: the Obtain failed %v after it began, past the node timeout: the process stalled; again: %v", ok, took, err)
 		default:
 			t.Fatalf("run %d: a %v lock on a fresh client: %v (the Obtain took %v)", ok, floorTTL, err, took)
 		}

@@ -204,10 +204,18 @@ func TestHerdPastAStrayKeyOnTheGateDrains(t *testing.T) {
 // no Client heard the release, and each head asks again at its
 // confirmations, all at about the same moment, the key free everywhere.
 // They ask the gate first, which serializes them, and those refused there
-// ask every master only once the gate's winner took the others: no grant
-// is undone, in any of four rounds, each with new Clients. (Each lock is
-// held 100ms, longer than turnWait, so that a waiter's ask of every master
-// meets a lock held, not one released that moment.)
+// ask every master only once the gate's winner took the others: in none
+// of four rounds, each with new Clients, are grants undone by a split.
+// (Each lock is held 100ms, longer than turnWait, so that a waiter's ask
+// of every master meets a lock held, not one released that moment.)
+//
+// One grant undone in a round is not a split of the herd: a holder's
+// Release can announce on the gate before it has run on the other
+// masters, and the waiter it wakes there takes the gate, is refused by the
+// others and undoes its grant, once. The design accepts that cost (an
+// undo and another ask, never a second holder); a loaded machine shows it
+// up to once a round. A split of the herd undoes several at once (five in
+// a CI run before waiters waited for the gate's winner).
 func TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters(t *testing.T) {
 	herdConfirmedAfterTheRelease(t, 4, 0)
 }
@@ -217,15 +225,17 @@ func TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters(t *testing.T) {
 // winner slow to ask the other masters (its requests there held 150ms,
 // three times turnWait, as a loaded machine may hold them): the waiters
 // the gate refused wait for its key there to be a node timeout old, not
-// merely turnWait, before they ask every master, and no grant is undone.
+// merely turnWait, before they ask every master: no split, in any of
+// three rounds.
 func TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow(t *testing.T) {
-	herdConfirmedAfterTheRelease(t, 2, 150*time.Millisecond)
+	herdConfirmedAfterTheRelease(t, 3, 150*time.Millisecond)
 }
 
 // herdConfirmedAfterTheRelease runs rounds of six waiting Clients whose
 // subscriptions confirm after the release, each Client's requests to a
 // master other than the gate held slow when they carry a token the gate
-// granted (the gate's winner), and fails the test for a grant undone.
+// granted (the gate's winner), and fails the test for a round with more
+// than one grant undone.
 func herdConfirmedAfterTheRelease(t *testing.T, rounds int, slow time.Duration) {
 	const k = 6
 	servers, clients, a := cluster(t, 3)
@@ -301,7 +311,7 @@ func herdConfirmedAfterTheRelease(t *testing.T, rounds int, slow time.Duration) 
 		if fails > 0 {
 			t.Errorf("round %d: %d of %d waiters did not get the lock within 15s", round, fails, k)
 		}
-		if undone > 0 {
+		if undone > 1 { // one: see the doc comment
 			t.Errorf("round %d: %d grants undone: waiters that asked at their confirmations split the masters", round, undone)
 		}
 		if slow > 0 && winners.held() == 0 {
@@ -472,6 +482,14 @@ func TestWaiterPastAStrayKeyLandedOnTheGateAfterItAnnounced(t *testing.T) {
 		t.Fatalf("C, before B's ask: %v", err)
 	}
 	queuedN(t, clients[gate], "k", 1) // B asked the gate, refused
+	redistest.Eventually(t, func() error { // C's Obtain returned at a quorum: its last request has landed too
+		for i, v := range holdersOf(t, clients, "k") {
+			if !strings.HasPrefix(v, lc.Token()) {
+				return fmt.Errorf("master %d holds %q, want C's key", i, v)
+			}
+		}
+		return nil
+	})
 	var others []redis.UniversalClient
 	for i, m := range clients {
 		if i != gate {

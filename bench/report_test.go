@@ -350,22 +350,31 @@ func TestFormat(t *testing.T) {
 func TestSmokeProblems(t *testing.T) {
 	r := fakeReport()
 	p := smokeProblems(r)
-	if len(p) != 2 || !strings.Contains(p[0], "n5-g64-contended redlock: 1 overlapping holders") || !strings.Contains(p[1], "n5-g64-contended redsync: 3 error(s), first: node #2: i/o timeout") {
+	if len(p) != 1 || !strings.Contains(p[0], "n5-g64-contended redlock: 1 overlapping holders") {
 		t.Errorf("problems = %q", p)
 	}
+	// A peer's errors are noted, not problems; this library's are problems.
+	if n := smokeNotes(r); len(n) != 1 || !strings.Contains(n[0], "n5-g64-contended redsync (a peer library): 3 error(s), first: node #2: i/o timeout") {
+		t.Errorf("notes = %q", n)
+	}
+	r.Cells[1].Contenders[0].Errors, r.Cells[1].Contenders[0].FirstErr = 2, "redlock: boom"
+	if p := smokeProblems(r); len(p) != 2 || !slices.Contains(p, "n5-g64-contended redlock: 2 error(s), first: redlock: boom") {
+		t.Errorf("problems with an error of this library's = %q", p)
+	}
+	r.Cells[1].Contenders[0].Errors = 0
 	r.Cells[0].Contenders[1].Cycles = 0
-	if p := smokeProblems(r); len(p) != 3 {
+	if p := smokeProblems(r); len(p) != 2 {
 		t.Errorf("problems with a contender at 0 cycles = %q", p)
 	}
 	r.Cells[0].Contenders[0].Taken = 5
-	if p := smokeProblems(r); len(p) != 4 || !slices.Contains(p, "n1-g64-uncontended redlock: 5 attempt(s) refused as held by another owner, on fresh keys") {
+	if p := smokeProblems(r); len(p) != 3 || !slices.Contains(p, "n1-g64-uncontended redlock: 5 attempt(s) refused as held by another owner, on fresh keys") {
 		t.Errorf("problems with a refusal on fresh keys = %q", p)
 	}
 	r.Goals = append(r.Goals,
 		goalResult{allocGoal, "n5-g1-uncontended", "redlock", "16.3", "<= 30", true},
 		goalResult{allocGoal, "n1-g1-uncontended", "redlock", "12.0", "<= 10", false})
 	p = smokeProblems(r)
-	if len(p) != 5 || p[4] != "n1-g1-uncontended redlock: 12.0 allocations per cycle, want <= 10" {
+	if len(p) != 4 || p[3] != "n1-g1-uncontended redlock: 12.0 allocations per cycle, want <= 10" {
 		t.Errorf("problems with an allocation target missed = %q", p)
 	}
 }
