@@ -481,7 +481,7 @@ func TestWaiterPastAStrayKeyLandedOnTheGateAfterItAnnounced(t *testing.T) {
 	if err != nil {
 		t.Fatalf("C, before B's ask: %v", err)
 	}
-	queuedN(t, clients[gate], "k", 1) // B asked the gate, refused
+	queuedN(t, clients[gate], "k", 1)      // B asked the gate, refused
 	redistest.Eventually(t, func() error { // C's Obtain returned at a quorum: its last request has landed too
 		for i, v := range holdersOf(t, clients, "k") {
 			if !strings.HasPrefix(v, lc.Token()) {
