@@ -231,6 +231,25 @@ func childOf(t *testing.T, s sdktrace.ReadOnlySpan, parent trace.Span) {
 	}
 }
 
+// descendantOf fails t unless s's parent, or one of its ancestors among
+// spans, is parent.
+func descendantOf(t *testing.T, s sdktrace.ReadOnlySpan, spans []sdktrace.ReadOnlySpan, parent trace.Span) {
+	t.Helper()
+	p := parent.SpanContext()
+	for cur := s; cur.SpanContext().TraceID() == p.TraceID(); {
+		if cur.Parent().SpanID() == p.SpanID() {
+			return
+		}
+		i := slices.IndexFunc(spans, func(x sdktrace.ReadOnlySpan) bool { return x.SpanContext().SpanID() == cur.Parent().SpanID() })
+		if i < 0 {
+			break
+		}
+		cur = spans[i]
+	}
+	t.Errorf("span %s: parent %s/%s, want the caller's %s/%s or a span below it", s.Name(),
+		s.Parent().TraceID(), s.Parent().SpanID(), p.TraceID(), p.SpanID())
+}
+
 // cluster starts n redis-server processes and returns their clients
 // (PINGed) and a Client over them observed by tel.
 func cluster(t *testing.T, n int, tel *telemetry, opts ...redlock.Option) ([]*redistest.Server, []redis.UniversalClient, *redlock.Client) {
