@@ -407,6 +407,7 @@ self_test() {
 		set -euo pipefail
 		source <(sed -n '/^step() {/,/^}/p; /^step_log() {/,/^}/p' '$0')
 		unset step_logs
+		trap 'rm -rf \"\${step_logs:-}\"' EXIT
 		outcome_of() { step first true >/dev/null; [ \"\${passed[*]}\" = first ]; }
 		passed=() failed=()
 		outcome_of"
