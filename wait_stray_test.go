@@ -161,7 +161,9 @@ func TestWaitersPastAStrayKeyHandTheLockOn(t *testing.T) {
 // it, or lets it expire (nobody announces that: every waiter's timer,
 // set to the PTTL it read, fires at about the same moment). The waiters
 // ask the gate first, which serializes them: none gets a master another
-// gets, so no grant is ever undone.
+// gets, so no grant is undone by a split. (One undone is a Release that
+// announced on the gate before it ran on the others, a cost the design
+// accepts: see TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters.)
 func TestHerdWokenTogetherDoesNotSplitTheMasters(t *testing.T) {
 	const k = 8
 	for name, release := range map[string]bool{"released": true, "expired": false} {
@@ -172,7 +174,7 @@ func TestHerdWokenTogetherDoesNotSplitTheMasters(t *testing.T) {
 			if h.fails > 0 {
 				t.Errorf("%d of %d waiters did not get the lock within 15s", h.fails, k)
 			}
-			if h.undone > 0 {
+			if h.undone > 1 { // one: see the doc comment
 				t.Errorf("%d grants undone: waiters woken together split the masters", h.undone)
 			}
 		})
@@ -243,6 +245,14 @@ func herdConfirmedAfterTheRelease(t *testing.T, rounds int, slow time.Duration) 
 	ctx := t.Context()
 	for round := range rounds {
 		held := obtain(t, a, "k", 20*time.Second)
+		redistest.Eventually(t, func() error { // the Obtain returned at a quorum: its last SET has landed too
+			for i, v := range holdersOf(t, clients, "k") {
+				if v != held.Token() {
+					return fmt.Errorf("master %d holds %q, want the holder's key", i, v)
+				}
+			}
+			return nil
+		})
 		hook := &releases{}
 		open := make(chan struct{})
 		var hold atomic.Bool
