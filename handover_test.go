@@ -146,12 +146,7 @@ func TestHandOverRecheckNeverDeletesAnotherOwnersKey(t *testing.T) {
 	a := newClient(t, redistest.Clients(t, servers), redlock.WithNodeTimeout(timeout))
 	b := newClient(t, redistest.Clients(t, servers), redlock.WithNodeTimeout(timeout))
 	al := obtain(t, a, "k", time.Hour)
-	redistest.Eventually(t, func() error { // A's Obtain returned at a quorum: its SET on master 2 lands before the DEL
-		if v := get(t, direct[2], "k"); v != al.Token() {
-			return fmt.Errorf("master 2 holds %q, want A's key", v)
-		}
-		return nil
-	})
+	held(t, direct, "k", al.Token(), 3) // A's last SET lands before the DEL
 	bl, err := b.Attach(ctx, "k", al.Token(), time.Hour, 0)
 	if err != nil {
 		t.Fatal(err)
