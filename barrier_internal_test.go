@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -45,6 +46,8 @@ func TestConnectionTakenWhileBusyKeepsTheBarrier(t *testing.T) {
 		o.ContextTimeoutEnabled = true
 	})
 	defer rdb.Close()
+	scripts := &scriptCounter{}
+	rdb.AddHook(scripts)
 	c, err := New([]redis.UniversalClient{rdb}, WithNodeTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -59,13 +62,14 @@ func TestConnectionTakenWhileBusyKeepsTheBarrier(t *testing.T) {
 		t.Fatal("the master allows CLIENT KILL, but the node does not know")
 	}
 	laneIdle(t, rdb)
+	ran := scripts.ran.Load()
 	stop := busyMaster(t, servers[0])
 	_, err = c.Obtain(ctx, "x", time.Minute) // the lane takes a connection: CLIENT INFO gets -BUSY
 	stop()
 	if err == nil {
 		t.Fatal("obtained a lock on a busy master")
 	}
-	time.Sleep(200 * time.Millisecond) // the kept undo of "x" goes out
+	scripts.past(t, ran) // the kept undo of "x" went out, and the master ran it
 	if s := rdb.PoolStats(); s.TotalConns != 1 {
 		t.Fatalf("%d connections in the pool, want the lane's only", s.TotalConns)
 	}
@@ -74,9 +78,18 @@ func TestConnectionTakenWhileBusyKeepsTheBarrier(t *testing.T) {
 	if l, err := c.Obtain(ctx, "k", time.Minute); err == nil {
 		t.Fatalf("obtained %q through a connection delayed past the node timeout", l.Token())
 	}
-	time.Sleep(time.Second) // the straggling SET has arrived
-	if v, err := admin.Get(ctx, "k").Result(); err != redis.Nil {
-		t.Fatalf("a second after a failed Obtain (its undo sent), the master holds its key %q (TTL %v, err %v): the lane's connection, taken while the master was busy, had no barrier",
-			v, admin.PTTL(ctx, "k").Val().Round(time.Second), err)
-	}
+	redistest.Eventually(t, func() error { // the straggling SET has arrived, or died with its connection
+		if n := p.Pending(); n > 0 {
+			return fmt.Errorf("the proxy still holds %d chunks back", n)
+		}
+		return nil
+	})
+	admin.Get(ctx, "k") // ends the event loop turn in which the master reads what was delivered
+	redistest.Within(t, time.Second, func() error {
+		if v, err := admin.Get(ctx, "k").Result(); err != redis.Nil {
+			return fmt.Errorf("after a failed Obtain (its undo sent), the master holds its key %q (TTL %v, err %v): the lane's connection, taken while the master was busy, had no barrier",
+				v, admin.PTTL(ctx, "k").Val().Round(time.Second), err)
+		}
+		return nil
+	})
 }

@@ -1,4 +1,4 @@
 package redlock
 
-// Closing reports whether Close has begun on c.
-func Closing(c *Client) bool { return c.closed.Load() }
+// Closing returns a channel closed once Close has begun on c.
+func Closing(c *Client) <-chan struct{} { return c.closing }

@@ -54,6 +54,13 @@ func resume(t *testing.T, servers ...*redistest.Server) {
 	}
 }
 
+// writable waits until the master runs writes again: a write waits on it
+// while a CLIENT PAUSE WRITE lasts, or while it is frozen.
+func writable(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	redistest.Eventually(t, func() error { return rdb.Del(context.Background(), "writable").Err() })
+}
+
 // take sets key to another owner's token on the masters given.
 func take(t *testing.T, servers []*redistest.Server, key string, masters ...int) {
 	t.Helper()

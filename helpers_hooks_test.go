@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/redistest"
 )
 
 // go-redis hooks, Observers and a retry strategy the tests plug into a
@@ -59,10 +60,11 @@ func (h cmdHook) done(cmds []redis.Cmder) {
 
 // counts is a go-redis hook that counts the round trips of a client (a
 // command or a pipeline each), and the commands match takes (nil: none)
-// as they go out (sent) and once answered or given up on (answered).
+// as they go out (sent), once answered or given up on (answered), and
+// once the master ran them: answered with a reply, not an error (ran).
 type counts struct {
-	match                 func(redis.Cmder) bool
-	trips, sent, answered atomic.Int64
+	match                      func(redis.Cmder) bool
+	trips, sent, answered, ran atomic.Int64
 }
 
 func (h *counts) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -73,6 +75,7 @@ func (h *counts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		h.add(&h.sent, cmd)
 		err := next(ctx, cmd)
 		h.add(&h.answered, cmd)
+		h.addRan(cmd)
 		return err
 	}
 }
@@ -83,6 +86,7 @@ func (h *counts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 		h.add(&h.sent, cmds...)
 		err := next(ctx, cmds)
 		h.add(&h.answered, cmds...)
+		h.addRan(cmds...)
 		return err
 	}
 }
@@ -93,6 +97,49 @@ func (h *counts) add(n *atomic.Int64, cmds ...redis.Cmder) {
 			n.Add(1)
 		}
 	}
+}
+
+func (h *counts) addRan(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if err := c.Err(); err == nil || err == redis.Nil {
+			h.add(&h.ran, c)
+		}
+	}
+}
+
+// scriptsRanOn adds to each client a counts of its scripts; add it before
+// the client sends anything.
+func scriptsRanOn(clients ...redis.UniversalClient) []*counts {
+	cs := make([]*counts, len(clients))
+	for i, rdb := range clients {
+		cs[i] = &counts{match: isScript}
+		rdb.AddHook(cs[i])
+	}
+	return cs
+}
+
+// ranNow returns how many scripts each master has run (counts.ran).
+func ranNow(cs []*counts) []int64 {
+	n := make([]int64, len(cs))
+	for i, c := range cs {
+		n[i] = c.ran.Load()
+	}
+	return n
+}
+
+// ranPast waits until each master has run more scripts than n says
+// (ranNow): a request kept for it (a Release that got no answer) went out
+// and ran.
+func ranPast(t *testing.T, cs []*counts, n []int64) {
+	t.Helper()
+	redistest.Eventually(t, func() error {
+		for i, c := range cs {
+			if got := c.ran.Load(); got <= n[i] {
+				return fmt.Errorf("master %d of these ran %d scripts, want more than %d", i, got, n[i])
+			}
+		}
+		return nil
+	})
 }
 
 // isScript matches the lock scripts (EVALSHA, EVAL).

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,15 +140,40 @@ func (h *workerSeen) see(string) {
 	h.mu.Unlock()
 }
 
-// scriptCounter counts the scripts a client sends (EVALSHA and EVAL).
-type scriptCounter struct{ n atomic.Int64 }
+// scriptCounter counts the scripts a client sends (EVALSHA and EVAL), and
+// those the master ran: answered with a reply, not an error (BUSY,
+// NOSCRIPT, a timeout).
+type scriptCounter struct{ n, ran atomic.Int64 }
+
+// isScript matches the lock scripts (EVALSHA, EVAL).
+func isScript(c redis.Cmder) bool { n := c.Name(); return n == "evalsha" || n == "eval" }
 
 func (h *scriptCounter) count(cmds ...redis.Cmder) {
 	for _, c := range cmds {
-		if n := c.Name(); n == "evalsha" || n == "eval" {
+		if isScript(c) {
 			h.n.Add(1)
 		}
 	}
+}
+
+func (h *scriptCounter) answered(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if err := c.Err(); isScript(c) && (err == nil || err == redis.Nil) {
+			h.ran.Add(1)
+		}
+	}
+}
+
+// past waits until the master has run more than n of the client's
+// scripts (h.ran).
+func (h *scriptCounter) past(t *testing.T, n int64) {
+	t.Helper()
+	redistest.Eventually(t, func() error {
+		if got := h.ran.Load(); got <= n {
+			return fmt.Errorf("the master ran %d scripts of the client, want more than %d", got, n)
+		}
+		return nil
+	})
 }
 
 func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -154,22 +181,86 @@ func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return ne
 func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.count(cmd)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		h.answered(cmd)
+		return err
 	}
 }
 
 func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.count(cmds...)
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		h.answered(cmds...)
+		return err
 	}
 }
 
-// watched holds "k" for ttl on one master, whose client has hook, under a
-// watchdog that runs until the test ends.
+// A sentConn is one end of an in-memory connection (net.Pipe) whose
+// writes return at once: a writer goroutine of its own, which ends with
+// the connection, passes them on in order. A net.Pipe's Write waits for
+// the other end to read it all, and miniredis answers a pipeline's first
+// command before it reads the rest: a batch longer than its read buffer
+// (a script's source) would wait on its own replies.
+type sentConn struct {
+	net.Conn
+	mu     sync.Mutex
+	closed bool
+	out    chan []byte
+}
+
+// writeAhead returns c, its writes passed on by a goroutine of its own.
+func writeAhead(c net.Conn) net.Conn {
+	s := &sentConn{Conn: c, out: make(chan []byte, 256)}
+	go func() {
+		for b := range s.out {
+			if _, err := c.Write(b); err != nil {
+				c.Close()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sentConn) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, net.ErrClosed
+	}
+	s.out <- slices.Clone(b)
+	return len(b), nil
+}
+
+func (s *sentConn) Close() error {
+	err := s.Conn.Close() // first: a write the writer is stuck in fails
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.out)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// watched holds "k" for ttl on one in-memory master (miniredis over
+// net.Pipe: no socket, so a synctest bubble runs it in virtual time), whose
+// client has hook, under a watchdog that runs until the test ends.
 func watched(t *testing.T, hook redis.Hook, ttl, nodeTimeout time.Duration) (*Client, *Lock) {
 	t.Helper()
-	rdb := redistest.Start(t, 1)[0].Client()
+	m := miniredis.NewMiniRedis()
+	t.Cleanup(m.Close)
+	rdb := redis.NewClient(&redis.Options{
+		Addr:       "127.0.0.1:0",
+		MaxRetries: -1,
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			c, err := m.Dial()
+			if err != nil {
+				return nil, err
+			}
+			return writeAhead(c), nil
+		},
+	})
 	t.Cleanup(func() { rdb.Close() })
 	rdb.AddHook(hook)
 	c := newClient(t, []redis.UniversalClient{rdb}, WithNodeTimeout(nodeTimeout))
@@ -196,7 +287,7 @@ func (h *failHook) fail(cmds ...redis.Cmder) bool {
 		return false
 	}
 	for _, c := range cmds {
-		if n := c.Name(); n == "evalsha" || n == "eval" {
+		if isScript(c) {
 			h.n.Add(1)
 			return true
 		}

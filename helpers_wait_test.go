@@ -315,12 +315,8 @@ func drainHerd(t *testing.T, k int, stray, release bool, holdTTL, within time.Du
 	})
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var last time.Time
-	fails := 0
 	hook := &releases{}
-	locks := map[string]bool{}
+	var cs []*redlock.Client
 	for range k {
 		var own []redis.UniversalClient
 		for _, s := range servers {
@@ -328,23 +324,9 @@ func drainHerd(t *testing.T, k int, stray, release bool, holdTTL, within time.Du
 			rdb.AddHook(hook)
 			own = append(own, rdb)
 		}
-		c := newClient(t, own)
-		wg.Go(func() {
-			l, err := c.Obtain(wctx, "k", 20*time.Second, redlock.WithWait())
-			mu.Lock()
-			if err != nil {
-				fails++
-			} else {
-				last = time.Now()
-				locks[l.Token()] = true
-			}
-			mu.Unlock()
-			if err == nil {
-				work(10 * time.Millisecond)
-				_ = l.Release(context.Background())
-			}
-		})
+		cs = append(cs, newClient(t, own))
 	}
+	run := waitInHerd(wctx, cs, 10*time.Millisecond)
 	for i, c := range clients {
 		if !stray || i != gate {
 			queuedN(t, c, "k", k)
@@ -359,17 +341,58 @@ func drainHerd(t *testing.T, k int, stray, release bool, holdTTL, within time.Du
 			t.Fatal(err)
 		}
 	}
-	wg.Wait()
-	h := herd{asks: asksOn(t, clients) - before, fails: fails}
-	for _, tok := range hook.get() {
-		if !locks[tok] {
-			h.undone++
-		}
-	}
+	fails, undone := run.wait(hook)
+	h := herd{asks: asksOn(t, clients) - before, fails: fails, undone: undone}
 	if fails < k {
-		h.took = last.Sub(from)
+		h.took = run.last.Sub(from)
 	}
 	return h
+}
+
+// A herdRun is a herd's waiters at work (waitInHerd).
+type herdRun struct {
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	locks map[string]bool // the tokens of the locks obtained
+	fails int             // waiters that did not get the lock
+	last  time.Time       // when the last lock was obtained
+}
+
+// waitInHerd starts a waiting Obtain of "k" with each of cs, under ctx;
+// each waiter, once it holds the lock, works for hold, then releases it.
+func waitInHerd(ctx context.Context, cs []*redlock.Client, hold time.Duration) *herdRun {
+	r := &herdRun{locks: map[string]bool{}}
+	for _, c := range cs {
+		r.wg.Go(func() {
+			l, err := c.Obtain(ctx, "k", 20*time.Second, redlock.WithWait())
+			r.mu.Lock()
+			if err != nil {
+				r.fails++
+			} else {
+				r.last = time.Now()
+				r.locks[l.Token()] = true
+			}
+			r.mu.Unlock()
+			if err == nil {
+				work(hold)
+				_ = l.Release(context.Background())
+			}
+		})
+	}
+	return r
+}
+
+// wait waits until every waiter is done, and returns how many did not get
+// the lock, and how many of the Releases hook saw were of tokens that
+// never became a lock: grants undone, the masters split.
+func (r *herdRun) wait(hook *releases) (fails, undone int) {
+	r.wg.Wait()
+	for _, tok := range hook.get() {
+		if !r.locks[tok] {
+			undone++
+		}
+	}
+	return r.fails, undone
 }
 
 // attachedHandOver is a hand-over on 4 masters: Client A, whose path to

@@ -87,9 +87,7 @@ func TestOneAttemptTakenStaysTakenWhenTheCallerEndsAfterTheAnswer(t *testing.T) 
 	c2 := newSingle(t, rdb, redlock.WithNodeTimeout(time.Second))
 	hook.do = func() {
 		go c2.Close()
-		for !redlock.Closing(c2) { // Close has begun before the Obtain decides
-			time.Sleep(time.Millisecond)
-		}
+		<-redlock.Closing(c2) // Close has begun before the Obtain decides
 	}
 	hook.armed.Store(true)
 	_, err := c2.Obtain(context.Background(), "held", time.Minute)

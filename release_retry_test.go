@@ -151,11 +151,13 @@ func TestRetriedReleaseAfterTheValidityIsNoFalseLoss(t *testing.T) {
 // on answering masters does (TestReleaseAfterARestartReportsTheLoss).
 func TestReleaseUnansweredAfterARestartReportsTheLoss(t *testing.T) {
 	ctx := context.Background()
-	servers, _, a := cluster(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
+	servers, clients, a := cluster(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
+	scripts := scriptsRanOn(clients[1:]...)
 	l := obtain(t, a, "k", time.Minute)
 	overlapAfterRestarts(t, servers, "k", servers[1:]...) // A's key is lost on two masters
+	ran := ranNow(scripts)
 	first := releaseThroughAFreeze(t, l, servers[1:]...)
-	time.Sleep(300 * time.Millisecond) // past the node timeout (200ms): the first Release's requests are over
+	ranPast(t, scripts, ran) // the first Release, kept, ran on masters 1 and 2: its requests are over
 	if err := l.Release(ctx); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("A's Release tried again: %v; want ErrLockLost: two masters lost A's key to a restart and B held the lock while A did (the first Release: %v)", err, first)
 	}
@@ -171,12 +173,14 @@ func TestReleaseUnansweredAfterARestartReportsTheLoss(t *testing.T) {
 // 2's empty key as deleted by the first.
 func TestRetriedReleaseReportsALossOnAMasterNeverHeardFrom(t *testing.T) {
 	ctx := context.Background()
-	servers, _, a := cluster(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
+	servers, clients, a := cluster(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
+	scripts := scriptsRanOn(clients[1:]...)
 	takeDown(t, "frozen", servers[2])
 	l := obtain(t, a, "k", time.Minute)
 	overlapAfterRestarts(t, servers, "k", servers[1:]...) // A's key is lost on master 1; master 2 never had it
+	ran := ranNow(scripts)
 	first := releaseThroughAFreeze(t, l, servers[1:]...)
-	time.Sleep(300 * time.Millisecond) // past the node timeout (200ms): the first Release's requests are over
+	ranPast(t, scripts, ran) // the first Release, kept, ran on masters 1 and 2: its requests are over
 	if err := l.Release(ctx); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("A's Release tried again: %v; want ErrLockLost: master 1 lost A's key to a restart, master 2 never answered A, and B held the lock while A did (the first Release: %v)", err, first)
 	}

@@ -59,7 +59,12 @@ func TestWaitUncontendedAskAfterALapsedYield(t *testing.T) {
 		t.Fatal(err)
 	}
 	outcome(t, ch, 5*time.Second).l.Release(ctx)
-	time.Sleep(100 * time.Millisecond) // the turn lead (at most 5ms here) lapses
+	redistest.Eventually(t, func() error { // the turn lead (at most 5ms here) lapses
+		if redlock.Yields(a, "k") {
+			return errors.New("a still lets the Client it gave the turn to ask first")
+		}
+		return nil
+	})
 	before := scriptsRun(t, clients...)
 	l := obtain(t, a, "k", 10*time.Second, redlock.WithWait())
 	if ran := scriptsRun(t, clients...) - before; ran != 0 {

@@ -63,6 +63,11 @@ func TestWaitAfterCloseStartsNoSubscription(t *testing.T) {
 func TestWaitGateFrozenAfterRefusing(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	clients := redistest.Clients(t, servers)
+	scripts := make([]*scriptCounter, len(clients))
+	for i, rdb := range clients {
+		scripts[i] = &scriptCounter{}
+		rdb.AddHook(scripts[i])
+	}
 	ctx := t.Context()
 	a := newClient(t, clients, WithNodeTimeout(300*time.Millisecond))
 	held, err := a.Obtain(ctx, "k", 20*time.Second)
@@ -105,13 +110,14 @@ func TestWaitGateFrozenAfterRefusing(t *testing.T) {
 	})
 	time.Sleep(500 * time.Millisecond) // its asks at the confirmations
 	// One more ask, as at a subscription made again: at the gate.
+	asked := scripts[gate].ran.Load()
 	w := b.wakerFor()
 	w.mu.Lock()
 	x := w.keys["k"].queue[0]
 	x.retry = true
 	x.signal()
 	w.mu.Unlock()
-	time.Sleep(500 * time.Millisecond)
+	scripts[gate].past(t, asked) // the gate refused it: the waiter sleeps on the gate's announcement
 	if err := servers[gate].Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -275,26 +275,7 @@ func herdConfirmedAfterTheRelease(t *testing.T, rounds int, slow time.Duration) 
 		}
 		hold.Store(true) // only subscriptions dial from now on: they always do, and the pool has spare connections
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		locks := map[string]bool{}
-		fails := 0
-		for _, c := range cs {
-			wg.Go(func() {
-				l, err := c.Obtain(wctx, "k", 20*time.Second, redlock.WithWait())
-				mu.Lock()
-				if err != nil {
-					fails++
-				} else {
-					locks[l.Token()] = true
-				}
-				mu.Unlock()
-				if err == nil {
-					work(100 * time.Millisecond) // past turnWait: see the doc comment
-					_ = l.Release(context.Background())
-				}
-			})
-		}
+		run := waitInHerd(wctx, cs, 100*time.Millisecond) // each holds the lock past turnWait: see the doc comment
 		for _, m := range clients {
 			queuedN(t, m, "k", k) // every head asked every master, and its subscriptions are dialling
 		}
@@ -302,14 +283,8 @@ func herdConfirmedAfterTheRelease(t *testing.T, rounds int, slow time.Duration) 
 			t.Fatal(err)
 		}
 		close(open)
-		wg.Wait()
+		fails, undone := run.wait(hook)
 		cancel()
-		undone := 0
-		for _, tok := range hook.get() {
-			if !locks[tok] {
-				undone++
-			}
-		}
 		if fails > 0 {
 			t.Errorf("round %d: %d of %d waiters did not get the lock within 15s", round, fails, k)
 		}

@@ -45,7 +45,12 @@ func TestWaitFirstComeFirstServedInClient(t *testing.T) {
 		if i == 0 {
 			marked(t, clients[0], "k")
 		}
-		time.Sleep(20 * time.Millisecond) // in the queue before the next
+		redistest.Eventually(t, func() error { // in the queue before the next
+			if n := redlock.QueuedInClient(b, "k"); n != i+1 {
+				return fmt.Errorf("%d waiters in b's queue of k, want %d", n, i+1)
+			}
+			return nil
+		})
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
