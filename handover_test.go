@@ -2,11 +2,13 @@ package redlock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
 )
@@ -139,35 +141,134 @@ func TestCloseSendsTheHandOverRecheck(t *testing.T) {
 // master 2 and leaves the other owner's key alone.
 func TestHandOverRecheckNeverDeletesAnotherOwnersKey(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	servers := redistest.Start(t, 3)
-	direct := redistest.Clients(t, servers)
-	const timeout = 300 * time.Millisecond
-	a := newClient(t, redistest.Clients(t, servers), redlock.WithNodeTimeout(timeout))
-	b := newClient(t, redistest.Clients(t, servers), redlock.WithNodeTimeout(timeout))
-	al := obtain(t, a, "k", time.Hour)
-	held(t, direct, "k", al.Token(), 3) // A's last SET lands before the DEL
-	bl, err := b.Attach(ctx, "k", al.Token(), time.Hour, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := direct[2].Del(ctx, "k").Err(); err != nil {
-		t.Fatal(err)
-	}
-	evals := calls(t, direct[2], "eval")
-	if err := bl.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := direct[2].Set(ctx, "k", "other", time.Hour).Err(); err != nil {
+	// B's Release returns at a quorum, maybe before it ran on master 2:
+	// the other owner takes the key there once it has run and found no
+	// key, before B's Client sees that answer, so before the second
+	// Release is kept.
+	direct, bl, answers := handOverMissingMaster2(t, func(master2 redis.UniversalClient, _ string) error {
+		return master2.Set(context.Background(), "k", "other", time.Hour).Err()
+	})
+	if err := bl.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, func() error {
-		if n := calls(t, direct[2], "eval"); n <= evals {
-			return errors.New("the second Release never reached master 2")
+		if got, err := answers(); err != nil || len(got) < 2 {
+			return fmt.Errorf("B's Releases on master 2 answered %v (the other owner's SET: %v), want a first that found no key and the second Release", got, err)
 		}
 		return nil
 	})
+	if got, _ := answers(); !slices.Equal(got, []int64{-1, 0}) {
+		t.Fatalf("B's Releases on master 2 answered %v, want [-1 0]: the first found no key, the second found the other owner's and left it", got)
+	}
 	if v := get(t, direct[2], "k"); v != "other" {
 		t.Fatalf("master 2 holds %q after the second Release, want the other owner's key", v)
+	}
+}
+
+// TestHandOverRecheckGoesWhenItsAnswerIsHandledLate: B's Release of the
+// lock it attached runs on master 2 and finds no key there; A's request,
+// on its way, lands right after it; and B's machine, busy, handles that
+// answer only after the second Release was due. The Release ran before
+// that time, so the second one still goes, at once, and no key of A's is
+// left on master 2.
+func TestHandOverRecheckGoesWhenItsAnswerIsHandledLate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct, bl, answers := handOverMissingMaster2(t, func(master2 redis.UniversalClient, token string) error {
+		err := master2.SetNX(ctx, "k", token, time.Hour).Err() // A's request lands
+		// Past the second Release's time: it is due 500ms after the
+		// first began, which was before this answer came.
+		time.Sleep(600 * time.Millisecond)
+		return err
+	})
+	if err := bl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	redistest.Eventually(t, func() error {
+		got, err := answers()
+		if err != nil || len(got) == 0 {
+			return fmt.Errorf("B's Releases on master 2 answered %v (A's late SET: %v), want a first that found no key", got, err)
+		}
+		if v := get(t, direct[2], "k"); v != "" || len(got) < 2 {
+			return fmt.Errorf("master 2 holds %q (TTL %v) %v after B's Release, which ran there before A's request landed and whose answer was handled after the second Release was due: B's Releases there answered %v, want a second that deleted A's key",
+				v, direct[2].PTTL(ctx, "k").Val().Round(time.Minute), time.Since(released).Round(time.Millisecond), got)
+		}
+		return nil
+	})
+	if got, _ := answers(); !slices.Equal(got, []int64{-1, 1}) {
+		t.Fatalf("B's Releases on master 2 answered %v, want [-1 1]: the first found no key, the second deleted A's", got)
+	}
+}
+
+// handOverMissingMaster2 is a hand-over whose Obtain's request to master
+// 2 is still on its way: A's key, for an hour, on masters 0 and 1, and B's
+// handle attached to it (B's node timeout 300ms: its second Release is due
+// 500ms after the first began). It returns the masters' direct clients,
+// B's handle, and B's Releases of "k" on master 2 as releasesOfK notes
+// them, running first (with master 2's direct client and A's token).
+func handOverMissingMaster2(t *testing.T, first func(master2 redis.UniversalClient, token string) error) ([]redis.UniversalClient, *redlock.Lock, func() ([]int64, error)) {
+	t.Helper()
+	ctx := context.Background()
+	servers := redistest.Start(t, 3)
+	direct := redistest.Clients(t, servers)
+	const token = "A's token"
+	for _, m := range direct[:2] {
+		if err := m.Set(ctx, "k", token, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bc := redistest.Clients(t, servers)
+	answers := releasesOfK(bc[2], func() error { return first(direct[2], token) })
+	b := newClient(t, bc, redlock.WithNodeTimeout(300*time.Millisecond))
+	bl, err := b.Attach(ctx, "k", token, time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return direct, bl, answers
+}
+
+// releasesOfK adds to rdb a hook that notes the master's answer to each
+// Release of "k" (release.lua: EVALSHA or EVAL, 1, k, token) it carries:
+// -1 no key, 0 another owner's, 1 deleted. first runs in the goroutine
+// that sent them, once the first Release that found no key is answered,
+// before the Client sees that answer. answers returns the answers so far
+// and first's error.
+func releasesOfK(rdb redis.UniversalClient, first func() error) (answers func() ([]int64, error)) {
+	var mu sync.Mutex
+	var got []int64
+	var ferr error
+	rdb.AddHook(cmdHook{after: func(cmds []redis.Cmder) {
+		for _, c := range cmds {
+			a := c.Args()
+			cmd, ok := c.(*redis.Cmd)
+			if !ok || len(a) != 5 || (a[0] != "evalsha" && a[0] != "eval") || a[3] != "k" {
+				continue
+			}
+			v, err := cmd.Int64()
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			got = append(got, v)
+			f := first
+			if v != -1 {
+				f = nil
+			} else {
+				first = nil
+			}
+			mu.Unlock()
+			if f != nil {
+				err := f()
+				mu.Lock()
+				ferr = err
+				mu.Unlock()
+			}
+		}
+	}})
+	return func() ([]int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got), ferr
 	}
 }

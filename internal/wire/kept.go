@@ -25,6 +25,11 @@ import (
 //     node timeout) and sends it. It is owner-checked, as every Release.
 //     (TestHandOverLeavesNoStrayKey, TestCloseSendsTheHandOverRecheck,
 //     TestHandOverRecheckNeverDeletesAnotherOwnersKey)
+//   - Such a Release whose answer is handled at or after its recheck time
+//     (a slow answer, a busy machine) is kept all the same, and sent at
+//     once: it may have run on the master long before, and the Obtain's
+//     request landed there since.
+//     (TestHandOverRecheckGoesWhenItsAnswerIsHandledLate)
 //   - Rechecks take at most half the room (MaxPending/2): a Release that
 //     got no answer, its key most likely still there, is kept before them.
 //     (TestHandOverRechecksLeaveRoomForReleasesThatGotNoAnswer)
@@ -66,20 +71,21 @@ func (t *redisTransport) keep(batch []*request) {
 	}
 }
 
-// recheck keeps o, a Release that found the key absent, to send once more
-// at its recheck time: a Release by a handle that did not obtain the lock
-// (ReleaseFacts.Recheck), answered before then. The second sending is the
-// last.
+// recheck keeps o, a Release that found the key absent, its answer
+// handled at now, to send once more at its recheck time: a Release by a
+// handle that did not obtain the lock (ReleaseFacts.Recheck). When that
+// time has passed, it goes at once: when the answer is handled says
+// nothing of when the master ran it. The second sending is the last.
 func (t *redisTransport) recheck(o Op, now time.Time) {
 	at := o.release.Recheck
-	if at.IsZero() || !now.Before(at) {
+	if at.IsZero() {
 		return
 	}
 	o.release.Recheck = time.Time{}
 	if len(t.pending) >= MaxPending/2 {
 		return // rechecks leave room for Releases that got no answer (TestHandOverRechecksLeaveRoomForReleasesThatGotNoAnswer)
 	}
-	t.keepAgain(keptRelease{op: o, notBefore: at})
+	t.keepAgain(keptRelease{op: o, notBefore: later(at, now)})
 }
 
 // due reports whether a kept Release may go now (a recheck waits for its
