@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,6 +146,7 @@ func TestCloseAfterInlineRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
+		var calls atomic.Int64
 		for g := range 8 {
 			wg.Add(1)
 			go func() {
@@ -154,10 +156,13 @@ func TestCloseAfterInlineRequests(t *testing.T) {
 					if err == nil {
 						_ = l.Release(context.Background())
 					}
+					calls.Add(1)
 				}
 			}()
 		}
-		time.Sleep(time.Duration(round%5) * time.Millisecond) // Close comes at varying points of the requests
+		for calls.Load() < int64(round%5)*16 { // Close comes at varying points of the requests
+			runtime.Gosched()
+		}
 		closed := make(chan struct{})
 		go func() { c.Close(); close(closed) }()
 		select {
@@ -297,12 +302,12 @@ func TestCloseRacesStartingWatchdogs(t *testing.T) {
 			go func() {
 				defer func() { done <- struct{}{} }()
 				if _, stop, err := l.KeepAlive(ctx); err == nil {
-					time.Sleep(time.Duration(i%5) * time.Millisecond) // stop comes at varying points of the start
+					yield(i % 5) // stop comes at varying points of the start
 					stop()
 				}
 			}()
 		}
-		time.Sleep(time.Duration(i%3) * time.Millisecond) // and Close too
+		yield(i % 3) // and Close too
 		c.Close()
 		for range locks {
 			<-done
