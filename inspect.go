@@ -23,17 +23,25 @@ type KeyState struct {
 
 // A MasterState is one master's view of a lock key.
 type MasterState struct {
-	Addr  string        // the master's address as its client knows it
-	Held  bool          // the key exists
-	Token string        // the key's value: the holder's token
-	TTL   time.Duration // time left before the key expires; -1 when it has no expiry
-	Fence int64         // the key's fence counter; 0 when it has none (no fencing)
-	Err   error         // the master did not answer; the fields above are then zero
+	Addr string // the master's address as its client knows it
+	Held bool   // the key exists
+	// Token is the key's value, the holder's token, without a waiter's
+	// mark "!" and what follows it: the random part, then, for a lock
+	// obtained [WithHolderInfo], "~" and the escaped info. [Client.Attach]
+	// takes it whole.
+	Token string
+	// HolderInfo is the info the token carries, unescaped (what follows its
+	// first "~"); "" without.
+	HolderInfo string
+	TTL        time.Duration // time left before the key expires; -1 when it has no expiry
+	Fence      int64         // the key's fence counter; 0 when it has none (no fencing)
+	Err        error         // the master did not answer; the fields above are then zero
 
 	index int // the master's position, while Inspect collects
 }
 
-// Holder returns the token held on a quorum of masters, and how many hold
+// Holder returns the token held on a quorum of masters (whole: with the
+// holder info it carries, see [MasterState.Token]), and how many hold
 // it; when no token holds a quorum, "" and the largest count (a count below
 // the quorum says so; a key whose value is "" is held by "" too). A token on a
 // quorum is the lock's owner as far as the masters know, for the least TTL
@@ -131,7 +139,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, keys []string) Mast
 	token, _ := vs[0].(string)
 	pttl, _ := vs[1].(int64)
 	counter, _ := vs[2].(string)
-	m := MasterState{Held: pttl != -2, Token: token}
+	m := MasterState{Held: pttl != -2, Token: token, HolderInfo: holderInfo(token)}
 	switch {
 	case pttl >= 0:
 		m.TTL = time.Duration(pttl) * time.Millisecond

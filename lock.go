@@ -109,9 +109,17 @@ func (l *Lock) setUntil(until int64) {
 // prefix; for a lock on several keys, the first of them (see [Lock.Keys]).
 func (l *Lock) Key() string { return l.key }
 
-// Token returns the lock's owner identity, 128 random bits from crypto/rand
-// encoded in URL-safe base64: the value the lock key holds on each master.
+// Token returns the lock's owner identity: 128 random bits from
+// crypto/rand in URL-safe base64 (22 characters), then, for a lock obtained
+// [WithHolderInfo], "~" and the escaped info. It is the value the lock key
+// holds on each master (a waiter may append its mark "!" and more, see
+// [WithWait]); [Client.Attach] takes it whole.
 func (l *Lock) Token() string { return l.token }
+
+// HolderInfo returns the info [WithHolderInfo] put in the lock's token,
+// unescaped; "" without. A handle of [Client.Attach] returns the info of
+// the token it was given.
+func (l *Lock) HolderInfo() string { return holderInfo(l.token) }
 
 // Fence returns the lock's fencing token, with [WithFencing]; 0 without it.
 // Under Redlock's assumptions (no master loses its data, every holder

@@ -77,12 +77,12 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 // made, and, with an Observer, the winning attempt's answers.
 func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (_ *Lock, n int, _ []NodeError, _ error) {
 	if oc.wait {
-		return c.obtainWait(ctx, key, ttl)
+		return c.obtainWait(ctx, key, ttl, oc.tokenTail)
 	}
 	var timer *time.Timer
 	var last error
 	for n = 1; ; n++ {
-		lock, nodes, err := c.attempt(ctx, key, ttl, oc.set)
+		lock, nodes, err := c.attempt(ctx, key, ttl, oc.set, oc.tokenTail)
 		if err == nil {
 			return lock, n, nodes, nil
 		}
@@ -250,9 +250,10 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 }
 
 // attempt makes one try at the lock: on key, or, with set, on every key of
-// the set at once (key is then its first).
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet) (*Lock, []NodeError, error) {
-	l, res, err := c.try(ctx, tryArgs{key: key, ttl: ttl, set: set, token: newToken(), gate: -1})
+// the set at once (key is then its first), under a new token that ends
+// with tail (newToken).
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet, tail string) (*Lock, []NodeError, error) {
+	l, res, err := c.try(ctx, tryArgs{key: key, ttl: ttl, set: set, token: newToken(tail), gate: -1})
 	return l, res.nodes, err
 }
 
@@ -439,9 +440,11 @@ func (c *Client) undoOn(rd *round, i int, err error, late bool, o *wire.Op, wait
 	return 0
 }
 
-// newToken returns 128 random bits from crypto/rand, URL-safe base64.
-func newToken() string {
+// newToken returns a lock's token: 128 random bits from crypto/rand,
+// URL-safe base64 (22 characters), followed by tail: "" or, with
+// WithHolderInfo, the separator and the escaped info (holderTail).
+func newToken(tail string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read aborts the program instead
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:]) + tail
 }

@@ -242,8 +242,9 @@ func WithReplicaAcks(replicas int, timeout time.Duration) Option {
 }
 
 // An ObtainOption configures one call: how [Client.Obtain] retries
-// ([WithRetry]), and how [Client.Do], [Lock.Do] and [Lock.KeepAlive] keep
-// the lock ([WithRenewEvery], [WithMaxHold]). An option the call does not
+// ([WithRetry]), what its token says of the holder ([WithHolderInfo]), and
+// how [Client.Do], [Lock.Do] and [Lock.KeepAlive] keep the lock
+// ([WithRenewEvery], [WithMaxHold]). An option the call does not
 // use is an error matching [ErrInvalidArgument], not silently ignored.
 type ObtainOption interface{ applyObtain(*obtainConfig) }
 
@@ -258,6 +259,12 @@ type obtainConfig struct {
 	marginSet   bool
 	tell        time.Duration // the cancel margin in force: set by checkWatchdog
 	set         *keySet       // the keys of ObtainMulti and DoMulti; nil for one key
+	// holderInfo is WithHolderInfo's info, holderSet whether it was given;
+	// tokenTail, once obtainOptions checked them, is what follows the
+	// random part of every token the call makes (holderTail): "" without.
+	holderInfo string
+	holderSet  bool
+	tokenTail  string
 }
 
 // The calls that take ObtainOptions, by what they use.
@@ -306,6 +313,15 @@ func obtainOptions(opts []ObtainOption, use optionUse) (obtainConfig, error) {
 	}
 	if (oc.renewEvery != 0 || oc.maxHold != 0 || oc.marginSet) && use&forWatchdog == 0 {
 		return oc, invalid("WithRenewEvery, WithMaxHold and WithCancelMargin apply to Do and KeepAlive, which renew the lock; Obtain does not")
+	}
+	if oc.holderSet {
+		if use&forObtain == 0 {
+			return oc, invalid("WithHolderInfo applies to Obtain, Do, ObtainMulti and DoMulti, which make the lock's token; this call does not")
+		}
+		if len(oc.holderInfo) > maxHolderInfo {
+			return oc, invalid("holder info is %d bytes, more than the limit of %d", len(oc.holderInfo), maxHolderInfo)
+		}
+		oc.tokenTail = holderTail(oc.holderInfo)
 	}
 	return oc, nil
 }
@@ -384,6 +400,30 @@ func (withWait) applyObtain(c *obtainConfig) { c.wait = true }
 // WithWait ([ErrInvalidArgument]), also for a set of one key: a set waits
 // with [WithRetry].
 func WithWait() ObtainOption { return withWait{} }
+
+type holderInfoOption string
+
+func (h holderInfoOption) applyObtain(c *obtainConfig) { c.holderInfo, c.holderSet = string(h), true }
+
+// WithHolderInfo puts info, a free text that says who holds the lock (a
+// host, a process, a job), in the token of the lock the call obtains, so
+// that [Client.Inspect] ([MasterState.HolderInfo]), the `redlock status`
+// command and [Lock.HolderInfo] show it, and `redis-cli GET` of the key
+// too. It applies to [Client.Obtain] (also WithWait), [Client.Do],
+// [Client.ObtainMulti] and [Client.DoMulti]; [Lock.Do] and [Lock.KeepAlive]
+// refuse it, as their lock has its token already.
+//
+// The token stays its 128 random bits from crypto/rand, 22 characters of
+// URL-safe base64, followed by "~" and the info escaped: '%', '!' (the
+// mark a waiter appends to a held key's value, see [WithWait]), '~',
+// control characters and bytes of invalid UTF-8 are percent-encoded
+// ("%21"), everything else (spaces, '=', UTF-8) stays readable. The info
+// is no secret: whoever can read the key reads it. Every request of the
+// lock carries the token, so keep the info short: at most 256 bytes
+// (before escaping), or the call fails with an error matching
+// [ErrInvalidArgument] before any request. Empty info means none: the
+// token is the random part alone, as without the option.
+func WithHolderInfo(info string) ObtainOption { return holderInfoOption(info) }
 
 type renewEvery time.Duration
 

@@ -217,8 +217,9 @@ func (c *Client) freed(released, from uint64, need int) bool {
 
 // obtainWait is obtainLoop for WithWait: after a failed attempt it sleeps
 // until the releases of enough of the keys that blocked it are announced,
-// or a quorum of them could have expired, whichever comes first.
-func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) (_ *Lock, n int, _ []NodeError, _ error) {
+// or a quorum of them could have expired, whichever comes first. Each
+// attempt's token ends with tail (newToken).
+func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, tail string) (_ *Lock, n int, _ []NodeError, _ error) {
 	w := c.wakerFor()
 	if w == nil {
 		return nil, 0, nil, c.closedObtain(ErrClosed)
@@ -363,7 +364,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration) 
 		}
 		askAll = false
 		start := time.Now()
-		lock, res, err := c.try(ctx, tryArgs{key: key, ttl: ttl, token: newToken(), turn: turn, plain: plain, gate: asked})
+		lock, res, err := c.try(ctx, tryArgs{key: key, ttl: ttl, token: newToken(tail), turn: turn, plain: plain, gate: asked})
 		nodes, wait, blocked := res.nodes, res.wait, res.blocked
 		if asked < 0 {
 			heard = 0 // this ask read every master's state

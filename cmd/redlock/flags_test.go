@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestUsage(t *testing.T) {
@@ -38,6 +39,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"run", "--masters", "h:1", "--tls-ca", "ca.pem", "--key", "k", "--", "true"}, exitUsage, "", "--tls-ca"},
 		{[]string{"run", "--masters", "h:1", "--tls", "--tls-ca", "/nonexistent.pem", "--key", "k", "--", "true"}, exitUsage, "", "--tls-ca"},
 		{[]string{"run", "--masters", "h:1", "--tls", "--tls-cert", "c.pem", "--key", "k", "--", "true"}, exitUsage, "", "--tls-key"},
+		{[]string{"run", "--masters", "h:1", "--key", "k", "--holder-info", strings.Repeat("x", 257), "--", "true"}, exitUsage, "", "--holder-info is 257 bytes, more than the limit of 256"},
+		{[]string{"run", "--help"}, 0, "-holder-info", ""},
 		{[]string{"status", "--masters", "h:1"}, exitUsage, "", "--key"},
 		{[]string{"status", "--masters", "h:1", "--key", "k", "extra"}, exitUsage, "", "unexpected argument"},
 		{[]string{"status", "--node-timeout", "x"}, exitUsage, "", "-node-timeout"},
@@ -68,6 +71,22 @@ func TestDefaultGrace(t *testing.T) {
 		if got := defaultGrace(ttl); got != want {
 			t.Errorf("defaultGrace(%v) = %v, want %v", ttl, got, want)
 		}
+	}
+}
+
+// The default holder info names the host, redlock's pid and the
+// command's base name, cut to the library's limit at a character's start;
+// a host whose name is unknown is left out.
+func TestDefaultHolderInfo(t *testing.T) {
+	if got, want := defaultHolderInfo("web-1", 42, "/usr/local/bin/report.sh"), "host=web-1 pid=42 cmd=report.sh"; got != want {
+		t.Errorf("defaultHolderInfo = %q, want %q", got, want)
+	}
+	if got, want := defaultHolderInfo("", 42, "./job"), "pid=42 cmd=job"; got != want {
+		t.Errorf("defaultHolderInfo without a host = %q, want %q", got, want)
+	}
+	long := defaultHolderInfo(strings.Repeat("h", 64), 4194304, strings.Repeat("é", 127)) // 255 bytes of name
+	if len(long) > 256 || len(long) < 255 || !utf8.ValidString(long) || !strings.HasPrefix(long, "host="+strings.Repeat("h", 64)+" pid=4194304 cmd=éé") {
+		t.Errorf("defaultHolderInfo of a long name = %q (%d bytes), want it cut to at most 256 bytes of valid UTF-8", long, len(long))
 	}
 }
 

@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redlock-go/redlock"
@@ -43,9 +45,37 @@ COMMAND gets REDLOCK_KEY, REDLOCK_TOKEN and, with --fencing only,
 REDLOCK_FENCE in its environment, and no REDLOCK_MASTERS or
 REDLOCK_PASSWORD.
 
+The lock's token carries holder info, which 'redlock status' shows:
+"host=HOST pid=PID cmd=NAME" (this host, redlock's pid, COMMAND's base
+name) unless --holder-info says otherwise; --holder-info= puts none.
+
 With --verbose, redlock logs the lock's life on stderr, one line per
 event (key=value): the obtain and its attempts, every renewal, the
 release, a lost lock, a master that stops or starts answering.`
+
+// holderInfoMax is the most holder info, in bytes, that the library takes
+// (redlock.WithHolderInfo): a longer --holder-info is a usage error, and
+// the default is cut to it (TestHolderInfoOfRun).
+const holderInfoMax = 256
+
+// defaultHolderInfo is --holder-info when not given: the host, redlock's
+// pid (the job's is not known when the lock is taken) and the base name of
+// the command, cut to holderInfoMax bytes at a character's start. A host
+// whose name is unknown is left out.
+func defaultHolderInfo(host string, pid int, command string) string {
+	s := fmt.Sprintf("pid=%d cmd=%s", pid, filepath.Base(command))
+	if host != "" {
+		s = "host=" + host + " " + s
+	}
+	if len(s) <= holderInfoMax {
+		return s
+	}
+	n := holderInfoMax
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // defaultGrace is --grace when not given: a third of the TTL, which
 // renewals every ttl/3 keep the validity well above, and at most 10s.
@@ -62,15 +92,23 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	grace := fset.Duration("grace", 0, "the job gets SIGTERM once the lock's remaining validity is down to this, and SIGKILL this long after; at most ttl/2 (default ttl/3, at most 10s)")
 	fencing := fset.Bool("fencing", false, "give the lock a fencing token, passed to the job as $REDLOCK_FENCE")
 	verbose := fset.Bool("verbose", false, "log the lock's life on stderr: obtain, every renewal, release, a lost lock, masters that stop or start answering")
+	holder := fset.String("holder-info", "", "who holds the lock, put in its token for 'redlock status' to show: at most 256 bytes, \"\" for none (default \"host=HOST pid=PID cmd=NAME\": this host, redlock's pid, COMMAND's base name)")
 	if code, ok := parse(fset, args, runSynopsis, stdout, stderr); !ok {
 		return code
 	}
-	graceSet := false
-	fset.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "grace" })
+	graceSet, holderSet := false, false
+	fset.Visit(func(f *flag.Flag) {
+		graceSet = graceSet || f.Name == "grace"
+		holderSet = holderSet || f.Name == "holder-info"
+	})
 	if !graceSet {
 		*grace = defaultGrace(*ttl)
 	}
 	command := fset.Args()
+	if !holderSet && len(command) > 0 {
+		host, _ := os.Hostname()
+		*holder = defaultHolderInfo(host, os.Getpid(), command[0])
+	}
 	var err error
 	switch {
 	case *key == "":
@@ -85,6 +123,8 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		err = usagef("--grace %v is more than half of --ttl %v: the job gets SIGTERM once the lock's validity is down to --grace, which renewals every ttl/3 must stay above", *grace, *ttl)
 	case len(command) == 0:
 		err = usagef("no command given (redlock run [flags] -- COMMAND [ARGS...])")
+	case len(*holder) > holderInfoMax:
+		err = usagef("--holder-info is %d bytes, more than the limit of %d", len(*holder), holderInfoMax)
 	}
 	if err != nil {
 		return usageFail(stderr, "run", err)
@@ -113,7 +153,7 @@ func runCmd(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	r := &runner{key: *key, ttl: *ttl, wait: *wait, grace: *grace, command: command, stderr: stderr, sigs: sigs}
+	r := &runner{key: *key, ttl: *ttl, wait: *wait, grace: *grace, holder: *holder, command: command, stderr: stderr, sigs: sigs}
 	var clients []*redis.Client
 	var dialErrs []error
 	s := interruptible(sigs, func(ctx context.Context) { clients, dialErrs = dial(ctx, opts) })
@@ -150,6 +190,7 @@ type runner struct {
 	ttl     time.Duration
 	wait    time.Duration
 	grace   time.Duration
+	holder  string // the lock's holder info; "" for none
 	command []string
 	stderr  io.Writer
 	sigs    <-chan os.Signal // the signals to forward
@@ -234,6 +275,9 @@ func (r *runner) run(lc *redlock.Client) int {
 // status.
 func (r *runner) obtain(lc *redlock.Client) (*redlock.Lock, int, bool) {
 	var oopts []redlock.ObtainOption
+	if r.holder != "" {
+		oopts = append(oopts, redlock.WithHolderInfo(r.holder))
+	}
 	if r.wait > 0 {
 		oopts = append(oopts, redlock.WithRetry(redlock.LinearBackoff(min(max(r.wait/10, 50*time.Millisecond), time.Second))))
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -569,5 +571,74 @@ func TestVerbose(t *testing.T) {
 	}
 	if strings.Contains(stderr, "s3cret") {
 		t.Errorf("stderr shows the password:\n%s", stderr)
+	}
+}
+
+// redlock run puts holder info in the lock's token: by default this host,
+// redlock's pid and the command's base name; --holder-info sets other
+// info, and --holder-info= none (the token is the random part alone).
+// Inspect and redlock status show it while the job runs.
+func TestHolderInfoOfRun(t *testing.T) {
+	t.Parallel()
+	masters, clients := cluster(t, 3)
+	lc, err := redlock.New(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() }) // after the parallel subtests
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		flags []string
+		want  func(pid int) string
+	}{
+		{nil, func(pid int) string { return fmt.Sprintf("host=%s pid=%d cmd=sh", host, pid) }},
+		{[]string{"--holder-info", "nightly backup ~!% é"}, func(int) string { return "nightly backup ~!% é" }},
+		{[]string{"--holder-info="}, func(int) string { return "" }},
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			started, stop := filepath.Join(dir, "started"), filepath.Join(dir, "stop")
+			key := fmt.Sprint("holder", i)
+			flags := append(lockFlags(masters, key), tc.flags...)
+			a := start(t, nil, args(flags, "--", "sh", "-c", holdScript, "sh", started, stop)...)
+			waitFile(t, a, started)
+			want := tc.want(a.cmd.Process.Pid)
+			redistest.Eventually(t, func() error { // Obtain returns at quorum; the third master follows
+				st, err := lc.Inspect(ctxT(t), key)
+				if err != nil {
+					return err
+				}
+				token, n := st.Holder()
+				if n != 3 {
+					return fmt.Errorf("held on %d masters, want 3", n)
+				}
+				for j, m := range st.Masters {
+					if m.HolderInfo != want {
+						return fmt.Errorf("master %d: holder info %q, want %q", j, m.HolderInfo, want)
+					}
+				}
+				if want == "" && (len(token) != 22 || strings.Contains(token, "~")) {
+					return fmt.Errorf("token %q, want the random part alone", token)
+				}
+				_, out, _ := runRedlock(t, nil, "status", "--masters", masters, "--key", key)
+				field := ""
+				if want != "" {
+					field = " holder=" + strconv.Quote(want)
+				}
+				if !strings.Contains(out, "(quorum 2)"+field+"\n") || (want == "" && strings.Contains(out, "holder=")) {
+					return fmt.Errorf("status, want %q in the summary:\n%s", field, out)
+				}
+				return nil
+			})
+			touch(t, stop)
+			if code := a.wait(t); code != 0 {
+				t.Errorf("exit %d; stderr:\n%s", code, a.stderr.String())
+			}
+			assertFree(t, clients, key)
+		})
 	}
 }

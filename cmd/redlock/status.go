@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,16 +21,19 @@ instant, then whether one token holds a quorum. Exits 0 when every master
 answered, 125 when one did not.
 
 Output, one line per master, tab-separated:
-  ADDR  held  token=TOKEN  ttl=DURATION  [fence=N]
+  ADDR  held  token=TOKEN  ttl=DURATION  [fence=N]  [holder="INFO"]
   ADDR  free  [fence=N]
   ADDR  error  MESSAGE
 then one summary line:
-  locked: token=TOKEN on M of N masters (quorum Q)
+  locked: token=TOKEN on M of N masters (quorum Q) [holder="INFO"]
   not locked: ...
 fence=N appears when the key has a fence counter (locks taken with
---fencing). A TOKEN that is not printable ASCII without spaces, quotes or
-backslashes is shown quoted, with Go's escapes ("\x1b[2J\tfoo"); control
-characters in a MESSAGE are escaped the same way.`
+--fencing); holder="INFO" when the token carries holder info (what
+'redlock run' puts there: host, pid, command; --holder-info), unescaped
+and quoted with Go's escapes. A TOKEN that is not printable ASCII without
+spaces, quotes or backslashes (a token with holder info has spaces) is
+shown quoted, with Go's escapes ("\x1b[2J\tfoo"); control characters in a
+MESSAGE are escaped the same way.`
 
 // statusTimeout bounds the status requests to one master when
 // --node-timeout is not given.
@@ -91,13 +95,20 @@ func statusCmd(args []string, getenv func(string) string, stdout, stderr io.Writ
 			if m.TTL >= 0 {
 				ttl = m.TTL.String()
 			}
-			fmt.Fprintf(stdout, "%s\theld\ttoken=%s\tttl=%s%s\n", m.Addr, quoteToken(m.Token), ttl, fence)
+			fmt.Fprintf(stdout, "%s\theld\ttoken=%s\tttl=%s%s%s\n", m.Addr, quoteToken(m.Token), ttl, fence, holderField("\t", m.HolderInfo))
 		}
 	}
 	token, n := state.Holder()
 	switch {
 	case n >= state.Quorum:
-		fmt.Fprintf(stdout, "locked: token=%s on %d of %d masters (quorum %d)\n", quoteToken(token), n, len(state.Masters), state.Quorum)
+		info := ""
+		for _, m := range state.Masters {
+			if m.Held && m.Token == token {
+				info = m.HolderInfo
+				break
+			}
+		}
+		fmt.Fprintf(stdout, "locked: token=%s on %d of %d masters (quorum %d)%s\n", quoteToken(token), n, len(state.Masters), state.Quorum, holderField(" ", info))
 	case n == 0 && code == 0:
 		fmt.Fprintf(stdout, "not locked: free on every master\n")
 	default:
@@ -107,4 +118,15 @@ func statusCmd(args []string, getenv func(string) string, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "redlock status: a master did not answer\n")
 	}
 	return code
+}
+
+// holderField is the holder="INFO" field of a token's holder info, after
+// sep; "" for none. The info is quoted with Go's escapes (strconv.Quote):
+// a stored value cannot forge fields or lines, or drive the terminal, and
+// printable UTF-8 stays readable.
+func holderField(sep, info string) string {
+	if info == "" {
+		return ""
+	}
+	return sep + "holder=" + strconv.Quote(info)
 }

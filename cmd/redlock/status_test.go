@@ -160,3 +160,65 @@ func TestStatusShowsTheFence(t *testing.T) {
 		t.Errorf("status of a released fenced lock: exit %d:\n%s", code, out)
 	}
 }
+
+// The holder info a lock's token carries shows, unescaped and quoted,
+// at the end of every master's line and of the summary; the token itself
+// stays whole, quoted when the info has spaces. Info that a stored value
+// forged is quoted too: it can neither add fields or lines nor reach the
+// terminal.
+func TestStatusShowsTheHolderInfo(t *testing.T) {
+	t.Parallel()
+	servers := redistest.Start(t, 3)
+	clients := redistest.Clients(t, servers)
+	masters := servers[0].Addr() + "," + servers[1].Addr() + "," + servers[2].Addr()
+	lc, err := redlock.New(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	const info = "host=a pid=1 cmd=backup é!"
+	lock, err := lc.Obtain(ctxT(t), "held", time.Minute, redlock.WithHolderInfo(info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctxT(t))
+	token, holder := strconv.QuoteToASCII(lock.Token()), `holder="host=a pid=1 cmd=backup é!"`
+	redistest.Eventually(t, func() error { // Obtain returns at quorum; the third master follows
+		code, out, stderr := runRedlock(t, nil, "status", "--masters", masters, "--key", "held")
+		if code != 0 {
+			return fmt.Errorf("status: exit %d; stderr:\n%s", code, stderr)
+		}
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 4 {
+			return fmt.Errorf("status printed %d lines, want 4:\n%s", len(lines), out)
+		}
+		for i, s := range servers {
+			f := strings.Split(lines[i], "\t")
+			if len(f) != 5 || f[0] != s.Addr() || f[1] != "held" || f[2] != "token="+token || !strings.HasPrefix(f[3], "ttl=") || f[4] != holder {
+				return fmt.Errorf("line %d = %q, want %s, held, token=%s, ttl=..., %s", i, lines[i], s.Addr(), token, holder)
+			}
+		}
+		if want := "locked: token=" + token + " on 3 of 3 masters (quorum 2) " + holder; lines[3] != want {
+			return fmt.Errorf("summary = %q, want %q", lines[3], want)
+		}
+		return nil
+	})
+	if got, err := strconv.Unquote(token); err != nil || got != lock.Token() {
+		t.Errorf("the token field unquotes to %q, %v; want the whole token %q", got, err, lock.Token())
+	}
+
+	// Forged info: escaped in the key's value, a control sequence and
+	// a line once unescaped.
+	for _, c := range clients {
+		if err := c.Set(ctxT(t), "forged", "x~%1B[2J%0Aevil%09", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ := runRedlock(t, nil, "status", "--masters", masters, "--key", "forged")
+	if code != 0 || strings.ContainsAny(out, "\x1b\r") || strings.Count(out, "\n") != 4 {
+		t.Errorf("status of forged info: exit %d: %q", code, out)
+	}
+	if want := `holder="\x1b[2J\nevil\t"`; strings.Count(out, "\t"+want+"\n") != 3 || !strings.HasSuffix(out, " "+want+"\n") {
+		t.Errorf("status of forged info: want %s on every line:\n%s", want, out)
+	}
+}

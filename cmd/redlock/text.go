@@ -11,7 +11,8 @@ import (
 
 // plainToken reports whether s prints as itself in output that separates
 // fields with tabs and quotes: printable ASCII, no space, no quote or
-// backslash. A lock's token always is.
+// backslash. A lock's token without holder info always is; one with it
+// (the random part, "~" and the escaped info) is when the info is too.
 func plainToken(s string) bool {
 	if s == "" {
 		return false

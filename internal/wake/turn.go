@@ -12,8 +12,9 @@ import (
 //   - A lock key's value is its owner's token, followed by Mark once a
 //     waiter found the key held, and after the mark by the turn queue: the
 //     ids of the Clients waiting for the key, in the order they came, each
-//     IDLen characters. No token and no id contains the mark (both are
-//     base64url).
+//     IDLen characters. No id contains the mark (ids are base64url), and
+//     no token does (its random part is base64url; the root package
+//     escapes the mark in the holder info a token may carry).
 //   - The release of a marked key publishes, on WakeChannel (on a Redis
 //     Cluster master, on the key's own sharded channel, named like the
 //     key), the key, followed, when Clients queued, by a zero byte and the
