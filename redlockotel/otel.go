@@ -24,17 +24,20 @@
 //   - redlock.obtain.duration (histogram, s, latencies; redlock.outcome):
 //     an Obtain's wait, from the call until it returned, every attempt
 //     included;
-//   - redlock.obtains (counter, {obtain}; redlock.outcome): Obtains, also Do's;
-//   - redlock.obtain.attempts (counter, {attempt}; redlock.outcome): the
-//     attempts they made; more attempts than obtains means contention;
+//   - redlock.obtains (observable counter, {obtain}; redlock.outcome):
+//     Obtains, also Do's;
+//   - redlock.obtain.attempts (observable counter, {attempt};
+//     redlock.outcome): the attempts they made; more attempts than obtains
+//     means contention;
 //   - redlock.extend.duration (histogram, s, latencies; redlock.outcome,
 //     redlock.renewal): an Extend's or a renewal's latency;
 //   - redlock.extend.validity_left (histogram, s, validity;
 //     redlock.outcome, redlock.renewal): the validity left when it started;
-//   - redlock.extends (counter, {extend}; redlock.outcome, redlock.renewal);
+//   - redlock.extends (observable counter, {extend}; redlock.outcome,
+//     redlock.renewal);
 //   - redlock.hold.duration (histogram, s, holds; redlock.outcome): how long
 //     a lock was held, from its Obtain until its Release;
-//   - redlock.releases (counter, {release}; redlock.outcome);
+//   - redlock.releases (observable counter, {release}; redlock.outcome);
 //   - redlock.lost.locks (counter, {lock}; redlock.lost.reason): locks a
 //     watchdog declared lost while their work ran;
 //   - redlock.lost.since_renewal (histogram, s, validity;
@@ -53,7 +56,13 @@
 //
 // The counters count the same calls as the histograms beside them (a
 // Prometheus user gets both, as _total and _count), for dashboards that
-// read counters only.
+// read counters only. Those of obtains, attempts, extends and releases are
+// observable counters: the Observer adds each event to sums of its own and
+// reports them when a reader collects. A reader gets the sums a
+// synchronous counter would give it, except that their points carry no
+// exemplars, that a delta reader also gets a point (0) for a series that
+// did not move, and that a View or temporality selector that picks
+// instruments by kind sees them as observable counters.
 //
 // # Spans
 //
@@ -184,8 +193,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithKeyAttribute puts the lock's key (redlock.key) on the metrics of
 // obtains, extends, releases and lost locks. Each key then makes series of
-// its own: use it only for a small, fixed set of keys. Spans always carry
-// the key.
+// its own, whose counts the Observer keeps as long as it lives: use it only
+// for a small, fixed set of keys. Spans always carry the key.
 func WithKeyAttribute() Option {
 	return func(c *config) { c.withKey = true }
 }
@@ -203,22 +212,33 @@ type Observer struct {
 	//     event; with a noop TracerProvider no span is started: recording
 	//     an event allocates nothing
 	//     (TestMetricsAloneAllocateNothingPerEvent).
+	//   - The event counters (redlock.obtains, redlock.obtain.attempts,
+	//     redlock.extends, redlock.releases) are observable: an event adds
+	//     to the sums kept with its attribute set (an atomic add, where a
+	//     synchronous counter's Add costs the SDK an attribute lookup and
+	//     an exemplar offer), and report gives the sums to the
+	//     MeterProvider when a reader collects. A cumulative reader sees
+	//     the points a synchronous counter would give it: a series from the
+	//     first event counted in it, summed over the Observers that share
+	//     the provider; a delta reader also gets 0 for a series that did
+	//     not move (TestCountersSumTheEventsOfEveryObserverOfAProvider).
+	//     Their points carry no exemplars.
 	//   - A span gets its attributes in one call. The masters' addresses,
 	//     and answers that are all "ok", are attributes made once for the
 	//     last set of masters seen, used only for events with those very
 	//     masters (TestSpansCoverTheirEventAndCarryTheMastersAnswers).
+	//   - A span's start options and attributes are made in a pooled
+	//     spanning, not in slices of their own
+	//     (TestEachSpanCarriesTheAttributesOfItsOwnEventAlone).
 
 	tracer  trace.Tracer // nil: spans off
 	withKey bool
 
 	obtainDur      metric.Float64Histogram
-	obtains        metric.Int64Counter
-	attempts       metric.Int64Counter
 	extendDur      metric.Float64Histogram
 	validityLeft   metric.Float64Histogram
-	extends        metric.Int64Counter
 	holdDur        metric.Float64Histogram
-	releases       metric.Int64Counter
+	counted        [numCounted]metric.Int64ObservableCounter // by count index (countObtains...), observed by report
 	lost           metric.Int64Counter
 	lostSince      metric.Float64Histogram
 	masterTransits metric.Int64Counter
@@ -226,9 +246,12 @@ type Observer struct {
 	masterDown     metric.Int64UpDownCounter // deprecated
 
 	sets    [len(outcomes)][3]measure // by outcome index and renewalAttr, without a key; read-only
+	other   sync.Map                  // attribute.Distinct -> measure: the sets with a key or an unknown outcome
 	reasons [len(reasons)]measure     // by lost reason, without a key; read-only
 	masters sync.Map                  // address -> *masterSets
 	spanned atomic.Pointer[mastersAttrs]
+
+	spannings sync.Pool // *spanning
 }
 
 var _ redlock.Observer = (*Observer)(nil)
@@ -269,14 +292,19 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		note(name, e)
 		return c
 	}
+	observable := func(i int, name, unit, desc string) {
+		c, e := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		note(name, e)
+		o.counted[i] = c
+	}
 	o.obtainDur = hist("redlock.obtain.duration", "How long an Obtain waited, from the call until it returned, every attempt included.", latencyBuckets)
-	o.obtains = counter("redlock.obtains", "{obtain}", "Obtains, by outcome.")
-	o.attempts = counter("redlock.obtain.attempts", "{attempt}", "Attempts the Obtains made, the first included.")
+	observable(countObtains, "redlock.obtains", "{obtain}", "Obtains, by outcome.")
+	observable(countAttempts, "redlock.obtain.attempts", "{attempt}", "Attempts the Obtains made, the first included.")
 	o.extendDur = hist("redlock.extend.duration", "How long an Extend or a watchdog's renewal took.", latencyBuckets)
 	o.validityLeft = hist("redlock.extend.validity_left", "The lock's validity left when an Extend or a renewal started.", validityBuckets)
-	o.extends = counter("redlock.extends", "{extend}", "Extends and renewals, by outcome.")
+	observable(countExtends, "redlock.extends", "{extend}", "Extends and renewals, by outcome.")
 	o.holdDur = hist("redlock.hold.duration", "How long a lock was held, from its Obtain to its Release.", holdBuckets)
-	o.releases = counter("redlock.releases", "{release}", "Releases, by outcome.")
+	observable(countReleases, "redlock.releases", "{release}", "Releases, by outcome.")
 	o.lost = counter("redlock.lost.locks", "{lock}", "Locks a watchdog declared lost while work ran, by reason.")
 	o.lostSince = hist("redlock.lost.since_renewal", "How long after the last good renewal (or the Obtain) a lock was declared lost.", validityBuckets)
 	o.masterTransits = counter("redlock.master.transitions", "{transition}", "Masters that stopped answering (down) or answer again (up).")
@@ -290,6 +318,12 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.masterDown = down
 	if err != nil {
 		return nil, err
+	}
+	// The registration lasts as long as the MeterProvider: the counts are
+	// cumulative, and stay reported once the Clients that made them closed,
+	// as a synchronous counter's would.
+	if _, err := m.RegisterCallback(o.report, o.counted[0], o.counted[1], o.counted[2], o.counted[3]); err != nil {
+		return nil, fmt.Errorf("redlockotel: counters' callback: %w", err)
 	}
 	return o, nil
 }
@@ -310,19 +344,19 @@ func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
 	}
 }
 
-// Each event's span is started first, so that the measurements are made in
-// its context: an exemplar then links a metric to the span.
+// Each event's span is started first, so that the histograms' measurements
+// are made in its context: an exemplar then links a metric to the span.
 
 func (o *Observer) obtain(ctx context.Context, e *redlock.ObtainEvent) {
 	ctx, span := o.start(ctx, "redlock.obtain", e.Wait)
 	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
 	o.obtainDur.Record(ctx, e.Wait.Seconds(), attrs.rec...)
-	o.obtains.Add(ctx, 1, attrs.add...)
-	o.attempts.Add(ctx, int64(e.Attempts), attrs.add...)
+	attrs.counts[countObtains].add(1)
+	attrs.counts[countAttempts].add(int64(e.Attempts))
 	if span == nil {
 		return
 	}
-	kv := append(make([]attribute.KeyValue, 0, 2+endAttrs), KeyAttempts.Int(e.Attempts))
+	kv := append(span.kv[:0], KeyAttempts.Int(e.Attempts))
 	if e.Fence != 0 {
 		kv = append(kv, KeyFence.Int64(e.Fence))
 	}
@@ -338,11 +372,11 @@ func (o *Observer) extend(ctx context.Context, e *redlock.ExtendEvent) {
 	attrs := o.attrs(e.Key, e.Outcome, r)
 	o.extendDur.Record(ctx, e.Latency.Seconds(), attrs.rec...)
 	o.validityLeft.Record(ctx, e.Before.Seconds(), attrs.rec...)
-	o.extends.Add(ctx, 1, attrs.add...)
+	attrs.counts[countExtends].add(1)
 	if span == nil {
 		return
 	}
-	kv := append(make([]attribute.KeyValue, 0, 3+endAttrs), KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
+	kv := append(span.kv[:0], KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
 	o.end(span, e.Key, e.Outcome, redlock.Extended, e.Masters, e.Err, kv)
 }
 
@@ -350,11 +384,11 @@ func (o *Observer) release(ctx context.Context, e *redlock.ReleaseEvent) {
 	ctx, span := o.start(ctx, "redlock.release", e.Latency)
 	attrs := o.attrs(e.Key, e.Outcome, renewalNone)
 	o.holdDur.Record(ctx, e.Held.Seconds(), attrs.rec...)
-	o.releases.Add(ctx, 1, attrs.add...)
+	attrs.counts[countReleases].add(1)
 	if span == nil {
 		return
 	}
-	kv := append(make([]attribute.KeyValue, 0, 1+endAttrs), KeyHeld.Float64(e.Held.Seconds()))
+	kv := append(span.kv[:0], KeyHeld.Float64(e.Held.Seconds()))
 	o.end(span, e.Key, e.Outcome, redlock.Released, e.Masters, e.Err, kv)
 }
 
@@ -378,7 +412,7 @@ func (o *Observer) lose(ctx context.Context, e *redlock.LostEvent) {
 	if span == nil {
 		return
 	}
-	kv := append(make([]attribute.KeyValue, 0, 3+endAttrs), KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()), KeyLostReason.String(string(e.Reason)))
+	kv := append(span.kv[:0], KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()), KeyLostReason.String(string(e.Reason)))
 	o.end(span, e.Key, redlock.Lost, "", nil, e.Cause, kv)
 }
 
@@ -426,24 +460,45 @@ func (o *Observer) masterOf(addr string) *masterSets {
 
 var internal = trace.WithSpanKind(trace.SpanKindInternal)
 
-// endAttrs is how many attributes end adds at most: the key, the
-// outcome, the masters' three and error.type.
-const endAttrs = 6
+// spanAttrs is how many attributes a span gets at most: an extend's three,
+// and the six end adds (the key, the outcome, the masters' three and
+// error.type).
+const spanAttrs = 3 + 6
+
+// A spanning is a span being made, with the options of its start and the
+// attributes it gets. Spannings are pooled (Observer.spannings): a tracer
+// takes the options and the attributes as variadic arguments and keeps
+// neither slice (the SDK applies the options to a config of its own, and
+// copies the attributes into the span's), so that one spanning serves
+// span after span, and a span allocates nothing of ours but its timestamp
+// option (TestEachSpanCarriesTheAttributesOfItsOwnEventAlone).
+type spanning struct {
+	trace.Span
+	opts [2]trace.SpanStartOption
+	kv   [spanAttrs]attribute.KeyValue
+}
 
 // start starts a span named name that began d ago, as a child of the span
-// in ctx; with spans off it returns ctx and a nil span.
-func (o *Observer) start(ctx context.Context, name string, d time.Duration) (context.Context, trace.Span) {
+// in ctx; with spans off it returns ctx and nil.
+func (o *Observer) start(ctx context.Context, name string, d time.Duration) (context.Context, *spanning) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	return o.tracer.Start(ctx, name, trace.WithTimestamp(time.Now().Add(-d)), internal)
+	s, _ := o.spannings.Get().(*spanning)
+	if s == nil {
+		s = new(spanning)
+	}
+	s.opts = [2]trace.SpanStartOption{trace.WithTimestamp(time.Now().Add(-d)), internal}
+	ctx, s.Span = o.tracer.Start(ctx, name, s.opts[:]...)
+	return ctx, s
 }
 
-// end gives the span its key, outcome, the attributes in kv, the masters'
-// answers and its status, unless it records nothing, and ends it. ok is
-// the outcome of success.
-func (o *Observer) end(span trace.Span, key string, out, ok redlock.Outcome, masters []redlock.NodeError, err error, kv []attribute.KeyValue) {
-	defer span.End()
+// end gives the span its key, outcome, the attributes in kv (made in
+// span.kv), the masters' answers and its status, unless it records
+// nothing, ends it and puts span back in the pool. ok is the outcome of
+// success.
+func (o *Observer) end(span *spanning, key string, out, ok redlock.Outcome, masters []redlock.NodeError, err error, kv []attribute.KeyValue) {
+	defer o.done(span)
 	if !span.IsRecording() {
 		return
 	}
@@ -462,6 +517,14 @@ func (o *Observer) end(span trace.Span, key string, out, ok redlock.Outcome, mas
 		}
 		span.SetStatus(codes.Error, desc)
 	}
+}
+
+// done ends span's span and puts span back in the pool, holding nothing
+// of the span's.
+func (o *Observer) done(span *spanning) {
+	span.End()
+	*span = spanning{}
+	o.spannings.Put(span)
 }
 
 // mastersAttrs are the attributes of one set of masters: their addresses,
@@ -526,16 +589,68 @@ const (
 	renewalTrue
 )
 
-// A measure is a set of metric attributes, as the options Record and Add
-// take: made once, they cost no allocation per measurement.
+// A measure is a set of metric attributes, as the options Record, Add and
+// Observe take: made once, they cost no allocation per measurement. With
+// the event counters' counts for the set, unless nil.
 type measure struct {
-	rec []metric.RecordOption
-	add []metric.AddOption
+	rec    []metric.RecordOption
+	add    []metric.AddOption
+	obs    []metric.ObserveOption
+	counts *[numCounted]count
 }
 
 func measureOf(set attribute.Set) measure {
 	o := metric.WithAttributeSet(set)
-	return measure{rec: []metric.RecordOption{o}, add: []metric.AddOption{o}}
+	return measure{rec: []metric.RecordOption{o}, add: []metric.AddOption{o}, obs: []metric.ObserveOption{o}}
+}
+
+// The event counters, indexes of Observer.counted and of a measure's
+// counts.
+const (
+	countObtains  = iota // redlock.obtains
+	countAttempts        // redlock.obtain.attempts
+	countExtends         // redlock.extends
+	countReleases        // redlock.releases
+	numCounted
+)
+
+// A count is one event counter's cumulative sum for one attribute set.
+// It has a series from its first add on, even an add of 0, as a
+// synchronous counter has from its first Add.
+type count struct {
+	n    atomic.Int64
+	seen atomic.Bool
+}
+
+func (c *count) add(n int64) {
+	if !c.seen.Load() {
+		c.seen.Store(true)
+	}
+	c.n.Add(n)
+}
+
+// report observes the event counters' sums: the callback the MeterProvider
+// calls when a reader collects.
+func (o *Observer) report(_ context.Context, obs metric.Observer) error {
+	for i := range o.sets {
+		for _, m := range o.sets[i] {
+			o.reportSet(obs, m)
+		}
+	}
+	o.other.Range(func(_, v any) bool {
+		o.reportSet(obs, v.(measure))
+		return true
+	})
+	return nil
+}
+
+// reportSet observes the counts of one attribute set that have a series.
+func (o *Observer) reportSet(obs metric.Observer, m measure) {
+	for i := range m.counts {
+		if c := &m.counts[i]; c.seen.Load() {
+			obs.ObserveInt64(o.counted[i], c.n.Load(), m.obs...)
+		}
+	}
 }
 
 // outcomes are the outcomes whose attribute sets NewObserver makes once.
@@ -567,7 +682,9 @@ func reasonIndex(r redlock.LostReason) int {
 func (o *Observer) makeSets() {
 	for i, out := range outcomes {
 		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
-			o.sets[i][r] = measureOf(makeSet("", false, out, r))
+			m := measureOf(makeSet("", false, out, r))
+			m.counts = new([numCounted]count)
+			o.sets[i][r] = m
 		}
 	}
 	for i, r := range reasons {
@@ -583,7 +700,14 @@ func (o *Observer) attrs(key string, out redlock.Outcome, r renewalAttr) measure
 			return o.sets[i][r]
 		}
 	}
-	return measureOf(makeSet(key, o.withKey, out, r))
+	set := makeSet(key, o.withKey, out, r)
+	if v, ok := o.other.Load(set.Equivalent()); ok {
+		return v.(measure)
+	}
+	m := measureOf(set)
+	m.counts = new([numCounted]count)
+	v, _ := o.other.LoadOrStore(set.Equivalent(), m)
+	return v.(measure)
 }
 
 func makeSet(key string, withKey bool, out redlock.Outcome, r renewalAttr) attribute.Set {
