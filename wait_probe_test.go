@@ -15,10 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/internal/wake"
 )
 
 // The probe: a subscription the master lost without a word (a failover,
-// a silent cut) is found through a fresh connection and made again.
+// a silent cut) is found through a fresh connection and made again; one
+// whose confirmation never comes is made again too.
 
 // TestWatchdogHearsARestartBehindASilentCut: the Client's connections to
 // a master go dark (every packet dropped, nothing closed, as behind a
@@ -46,6 +48,58 @@ func TestWatchdogHearsARestartBehindASilentCut(t *testing.T) {
 	lb := obtain(t, b, "k", 30*time.Second)
 	t.Cleanup(func() { lb.Release(context.Background()) })
 	toldWithin(t, wctx, time.Now(), 3*time.Second)
+}
+
+// TestWatchdogHearsARestartWhenTheSubscriptionsConfirmationIsLost: the
+// master runs the Client's SUBSCRIBE, and the connection goes dark before
+// the Client reads the confirmation (every packet dropped, nothing closed);
+// the master then restarts empty and another Client takes the key. The
+// probe looks only at confirmed subscriptions, and the read of the
+// confirmation would wait on the dark connection until TCP gives up: a
+// subscription unconfirmed for its bound (4 probe periods) counts as
+// broken instead. It is made again on a fresh connection, its confirmation
+// counts as a reset, and the watchdog renews, is refused, and tells the
+// work within a few probe periods, not at its next renewal 10s later.
+func TestWatchdogHearsARestartWhenTheSubscriptionsConfirmationIsLost(t *testing.T) {
+	t.Parallel()
+	watchdogHearsALostConfirmation(t, wake.WakeChannel)
+}
+
+// TestWatchdogHearsARestartWhenTheProbeChannelsConfirmationIsLost: as
+// TestWatchdogHearsARestartWhenTheSubscriptionsConfirmationIsLost, with the
+// wake channel's confirmation read and the Client's own channel's lost:
+// the subscription is confirmed, but the probe cannot find it (it looks
+// for the Client's own channel) and does not look. It is broken too.
+func TestWatchdogHearsARestartWhenTheProbeChannelsConfirmationIsLost(t *testing.T) {
+	t.Parallel()
+	watchdogHearsALostConfirmation(t, wake.WakeChannel+":")
+}
+
+// watchdogHearsALostConfirmation holds a lock with a watchdog through a
+// proxy that goes dark where the master's answer names channel (the first
+// such answer is the subscription's confirmation), restarts the master
+// once it holds the subscription, has another Client take the key, and
+// checks that the watchdog tells the work within a few probe periods: the
+// confirmation's bound (4), a retry, the confirmation again and a renewal
+// (1 each), doubled for a loaded machine; its next renewal is 10s away.
+func watchdogHearsALostConfirmation(t *testing.T, channel string) {
+	t.Helper()
+	servers := redistest.Start(t, 1)
+	server := servers[0]
+	through, proxies := proxied(t, servers, true)
+	proxies[0].SilenceAt(channel)
+	a := newClient(t, through, redlock.WithNodeTimeout(200*time.Millisecond))
+	direct := clientOf(t, server)
+	b := newClient(t, []redis.UniversalClient{direct})
+	_, wctx := holdWithWatchdog(t, a, "k")
+	subscribed(t, direct) // the master ran the SUBSCRIBE; its answer is lost
+	if err := server.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	lb := obtain(t, b, "k", 30*time.Second)
+	t.Cleanup(func() { lb.Release(context.Background()) })
+	toldWithin(t, wctx, restarted, 2*(4+3)*probeEveryForTests)
 }
 
 // TestProbeChannelRefusedKeepsWaiting: a user allowed the wake channel but

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -25,6 +26,7 @@ type Proxy struct {
 	closed  bool
 	wg      sync.WaitGroup
 	pending atomic.Int64 // chunks read from one side, not yet written to the other nor dropped
+	at      []byte       // SilenceAt's word, lower case; nil when unarmed
 }
 
 // A link is one proxied connection: client <-> proxy <-> server.
@@ -138,6 +140,15 @@ func (p *Proxy) copy(l *link, dst, src net.Conn, pm *pump) {
 			p.pending.Add(-1)
 			continue
 		}
+		if i := p.reached(pm == l.down, c.b); i >= 0 {
+			// SilenceAt: the client hears the bytes before the word, and
+			// nothing after, either way.
+			l.up.hush()
+			_, _ = dst.Write(c.b[:i])
+			pm.hush()
+			p.pending.Add(-1)
+			continue
+		}
 		_, err := dst.Write(c.b)
 		p.pending.Add(-1)
 		if err != nil {
@@ -193,6 +204,38 @@ func (p *Proxy) Silence() {
 		l.up.hush()
 		l.down.hush()
 	}
+}
+
+// SilenceAt arms the proxy: the next connection, open now or later, whose
+// server sends word (ASCII, any case) goes dark where the word begins, as
+// Silence: its client reads the bytes before the word, and nothing after
+// in either direction, while the server has run the request it answered.
+// An answer whose beginning the client reads and whose end never comes: a
+// subscription's confirmation lost after the server ran the SUBSCRIBE, say.
+// One connection only: the proxy is unarmed after it. The word must come
+// within one read of the proxy's (a short reply's does).
+func (p *Proxy) SilenceAt(word string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.at = bytes.ToLower([]byte(word))
+}
+
+// reached returns where SilenceAt's word begins in b, a chunk from a
+// server when down, and unarms the proxy; -1 when it is not there.
+func (p *Proxy) reached(down bool, b []byte) int {
+	if !down {
+		return -1
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at == nil {
+		return -1
+	}
+	i := bytes.Index(bytes.ToLower(b), p.at)
+	if i >= 0 {
+		p.at = nil
+	}
+	return i
 }
 
 // CutOpen resets the client's side of the connections open now (the client

@@ -100,6 +100,10 @@ func numSub(rdb redis.UniversalClient, ch string) (n int64, err error) {
 
 // probing returns x's PubSub when the probe is to look at it: it has
 // users, and the master confirmed it and the Client's own channel on it.
+// One whose confirmations do not come is not looked at: listen breaks it
+// at their bound (confirmMin, and more while it keeps happening)
+// (TestWatchdogHearsARestartWhenTheSubscriptionsConfirmationIsLost,
+// TestWatchdogHearsARestartWhenTheProbeChannelsConfirmationIsLost).
 func (s *Subs) probing(x *sub) *redis.PubSub {
 	s.mu.Lock()
 	defer s.mu.Unlock()

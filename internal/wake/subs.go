@@ -22,6 +22,17 @@
 //   - A subscription in use is on the master the Client's requests reach:
 //     see probe (TestWatchdogFollowsASentinelFailoverThatLeavesTheOldMasterUp,
 //     TestWatchdogHearsARestartBehindASilentCut).
+//   - A subscription whose confirmations (the wake channel's, and the
+//     Client's own channel's that the probe looks for) do not all come
+//     within a bound of its SUBSCRIBE (confirmMin, growing while it keeps
+//     happening) is broken: it is made again on a new connection, and its
+//     confirmation after that is a reset, as after any break. Its
+//     connection may have gone dark after the master ran the SUBSCRIBE,
+//     and the probe looks only at confirmed subscriptions: the read would
+//     wait until TCP gives up, for ever behind a path that drops every
+//     packet
+//     (TestWatchdogHearsARestartWhenTheSubscriptionsConfirmationIsLost,
+//     TestWatchdogHearsARestartWhenTheProbeChannelsConfirmationIsLost).
 //   - A subscription to a standalone master is made only once a lane has
 //     taken a connection of that master's client: go-redis v9.23 races with
 //     itself otherwise (TestWatchdogSubscribesAfterTheLanesFirstConnection).
@@ -35,6 +46,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -73,6 +85,24 @@ const Linger = 2 * time.Second
 const (
 	retryMin = 50 * time.Millisecond
 	retryMax = 250 * time.Millisecond
+)
+
+// The bound on a subscription's confirmations (listen), from its
+// SUBSCRIBE: the first, doubled at each subscription left unconfirmed in a
+// row up to the last, and back to the first once all its confirmations
+// came. It is counted in probe periods, not in a node timeout: the
+// subscriptions serve every key of the Client, whatever its TTL, and the
+// probe is the other watch on a subscription that went dark. A
+// confirmation is the answer to one request, as the probe's is, but on a
+// connection just made, to two commands, from a master or on a machine
+// that may be loaded, and a late one taken for lost costs a needless reset
+// (every watchdog of the Client renews): so a few periods, growing for a
+// master that keeps answering late, up to the probe's slowest period. The
+// first bounds, with retryMax, how late a watchdog hears of a master that
+// restarted while the confirmation was lost.
+const (
+	confirmMin = 4 * probeEvery
+	confirmMax = 32 * probeEvery
 )
 
 // resetEvery is how often at most a subscription's breaks count as resets
@@ -308,13 +338,13 @@ func (s *Subs) run(x *sub) {
 	backoff := time.NewTimer(0)
 	<-backoff.C
 	defer backoff.Stop()
-	delay := retryMin
+	delay, confirm := retryMin, confirmMin
 	for {
 		ps := s.open(x)
 		if ps == nil {
 			return // stopped
 		}
-		err := s.listen(x, ps, &delay)
+		err := s.listen(x, ps, &delay, &confirm)
 		s.confirmed(x, false)
 		if _, panicked := err.(panicError); panicked {
 			// A PubSub that panicked may hold its own lock (go-redis
@@ -371,6 +401,10 @@ func (s *Subs) open(x *sub) *redis.PubSub {
 // errDropped ends a subscription the master dropped (listen).
 var errDropped = errors.New("redlock: the master dropped the wake channel's subscription")
 
+// errUnconfirmed ends a subscription whose confirmations did not come in
+// time (listen).
+var errUnconfirmed = errors.New("redlock: the master did not confirm the wake channel's subscription in time")
+
 // panicError is a panic of a go-redis call (a hook of the application's).
 type panicError struct{ v any }
 
@@ -380,32 +414,58 @@ func (e panicError) Error() string {
 
 // listen subscribes ps to x's channel, and to the Client's own on a
 // standalone or Sentinel master, and reads it until it fails, or panics
-// (returned as a panicError). A confirmation resets *delay to the first
-// retry delay.
-func (s *Subs) listen(x *sub, ps *redis.PubSub, delay *time.Duration) (err error) {
+// (returned as a panicError). Its confirmations must all come within
+// *confirm of the SUBSCRIBE (errUnconfirmed, which doubles *confirm up to
+// confirmMax). The wake channel's confirmation resets *delay to the first
+// retry delay; all of them reset *confirm to confirmMin.
+func (s *Subs) listen(x *sub, ps *redis.PubSub, delay, confirm *time.Duration) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = panicError{v}
 		}
 	}()
 	ctx := context.Background()
-	own := "" // the Client's own channel, subscribed after the wake channel (probe)
+	own := ""    // the Client's own channel, subscribed after the wake channel (probe)
+	waiting := 1 // confirmations (or refusals) still to read
 	if s.masters[x.id.i].Cluster {
 		err = ps.SSubscribe(ctx, x.id.ch)
 	} else {
-		own = s.probeCh
+		own, waiting = s.probeCh, 2
 		if err = ps.Subscribe(ctx, x.id.ch); err == nil {
 			err = ps.Subscribe(ctx, own)
 		}
 	}
+	// The SUBSCRIBE is written, on a connection made for it (the dial and
+	// its handshake have go-redis's own bounds): its answers are due.
+	due := time.Now().Add(*confirm)
+	answered := func() {
+		if waiting--; waiting == 0 {
+			*confirm = confirmMin
+		}
+	}
 	for err == nil {
 		var msg any
-		msg, err = ps.Receive(ctx)
+		if waiting > 0 {
+			// A read bounded by a timeout keeps the PubSub's connection
+			// when it times out (go-redis dials again on other errors,
+			// under the PubSub's mutex); run closes it.
+			wait := time.Until(due)
+			if wait > 0 {
+				msg, err = ps.ReceiveTimeout(ctx, wait)
+			}
+			if ne := net.Error(nil); wait <= 0 || errors.As(err, &ne) && ne.Timeout() {
+				*confirm = min(*confirm*2, confirmMax)
+				return errUnconfirmed
+			}
+		} else {
+			msg, err = ps.Receive(ctx)
+		}
 		if own != "" && err != nil && wire.RefusedCommand(err) && s.isReady(x) {
 			// The wake channel is confirmed and the user may not
 			// subscribe to the Client's own: no probe on this
 			// subscription (docs/waiting.md; TestProbeChannelRefusedKeepsWaiting).
 			own, err = "", nil
+			answered()
 			continue
 		}
 		switch m := msg.(type) {
@@ -413,9 +473,11 @@ func (s *Subs) listen(x *sub, ps *redis.PubSub, delay *time.Duration) (err error
 			switch {
 			case m.Kind == "subscribe" && m.Channel == own:
 				s.setProbed(x)
+				answered()
 			case m.Kind == "subscribe", m.Kind == "ssubscribe":
 				*delay = retryMin
 				s.confirmed(x, true)
+				answered()
 			case m.Kind == "unsubscribe", m.Kind == "sunsubscribe":
 				// The master dropped the subscription, its connection
 				// open: a Redis Cluster master no longer serving the
