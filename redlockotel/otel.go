@@ -61,8 +61,10 @@
 // reports them when a reader collects. A reader gets the sums a
 // synchronous counter would give it, except that their points carry no
 // exemplars, that a delta reader also gets a point (0) for a series that
-// did not move, and that a View or temporality selector that picks
-// instruments by kind sees them as observable counters.
+// did not move, that a View or temporality selector that picks
+// instruments by kind sees them as observable counters, and that an
+// Observer's counts are reported while the program holds it (keep one per
+// MeterProvider).
 //
 // # Spans
 //
@@ -103,6 +105,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,14 +225,13 @@ type Observer struct {
 	//     first event counted in it, summed over the Observers that share
 	//     the provider; a delta reader also gets 0 for a series that did
 	//     not move (TestCountersSumTheEventsOfEveryObserverOfAProvider).
-	//     Their points carry no exemplars.
+	//     Their points carry no exemplars. The callback holds the tally,
+	//     not the Observer: a dropped Observer is garbage, and its
+	//     registration ends then (TestADroppedObserverIsCollected).
 	//   - A span gets its attributes in one call. The masters' addresses,
 	//     and answers that are all "ok", are attributes made once for the
 	//     last set of masters seen, used only for events with those very
 	//     masters (TestSpansCoverTheirEventAndCarryTheMastersAnswers).
-	//   - A span's start options and attributes are made in a pooled
-	//     spanning, not in slices of their own
-	//     (TestEachSpanCarriesTheAttributesOfItsOwnEventAlone).
 
 	tracer  trace.Tracer // nil: spans off
 	withKey bool
@@ -238,20 +240,16 @@ type Observer struct {
 	extendDur      metric.Float64Histogram
 	validityLeft   metric.Float64Histogram
 	holdDur        metric.Float64Histogram
-	counted        [numCounted]metric.Int64ObservableCounter // by count index (countObtains...), observed by report
 	lost           metric.Int64Counter
 	lostSince      metric.Float64Histogram
 	masterTransits metric.Int64Counter
 	masterUp       metric.Int64Gauge
 	masterDown     metric.Int64UpDownCounter // deprecated
 
-	sets    [len(outcomes)][3]measure // by outcome index and renewalAttr, without a key; read-only
-	other   sync.Map                  // attribute.Distinct -> measure: the sets with a key or an unknown outcome
-	reasons [len(reasons)]measure     // by lost reason, without a key; read-only
-	masters sync.Map                  // address -> *masterSets
+	t       *tally                // the metric attribute sets of events, and their counts
+	reasons [len(reasons)]measure // by lost reason, without a key; read-only
+	masters sync.Map              // address -> *masterSets
 	spanned atomic.Pointer[mastersAttrs]
-
-	spannings sync.Pool // *spanning
 }
 
 var _ redlock.Observer = (*Observer)(nil)
@@ -271,7 +269,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		cfg.tp = otel.GetTracerProvider()
 	}
 	m := cfg.mp.Meter(ScopeName)
-	o := &Observer{withKey: cfg.withKey}
+	o := &Observer{withKey: cfg.withKey, t: new(tally)}
 	if _, off := cfg.tp.(noop.TracerProvider); !off {
 		o.tracer = cfg.tp.Tracer(ScopeName)
 	}
@@ -295,7 +293,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	observable := func(i int, name, unit, desc string) {
 		c, e := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		note(name, e)
-		o.counted[i] = c
+		o.t.counted[i] = c
 	}
 	o.obtainDur = hist("redlock.obtain.duration", "How long an Obtain waited, from the call until it returned, every attempt included.", latencyBuckets)
 	observable(countObtains, "redlock.obtains", "{obtain}", "Obtains, by outcome.")
@@ -319,12 +317,14 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The registration lasts as long as the MeterProvider: the counts are
-	// cumulative, and stay reported once the Clients that made them closed,
-	// as a synchronous counter's would.
-	if _, err := m.RegisterCallback(o.report, o.counted[0], o.counted[1], o.counted[2], o.counted[3]); err != nil {
+	// The callback is the tally's, not the Observer's: the registration
+	// ends once the Observer is garbage, and its counts leave the series
+	// (a cumulative reader then sees them fall, as after a restart).
+	reg, err := m.RegisterCallback(o.t.report, o.t.counted[0], o.t.counted[1], o.t.counted[2], o.t.counted[3])
+	if err != nil {
 		return nil, fmt.Errorf("redlockotel: counters' callback: %w", err)
 	}
+	runtime.AddCleanup(o, func(r metric.Registration) { r.Unregister() }, reg)
 	return o, nil
 }
 
@@ -356,7 +356,7 @@ func (o *Observer) obtain(ctx context.Context, e *redlock.ObtainEvent) {
 	if span == nil {
 		return
 	}
-	kv := append(span.kv[:0], KeyAttempts.Int(e.Attempts))
+	kv := append(make([]attribute.KeyValue, 0, spanAttrs), KeyAttempts.Int(e.Attempts))
 	if e.Fence != 0 {
 		kv = append(kv, KeyFence.Int64(e.Fence))
 	}
@@ -376,7 +376,7 @@ func (o *Observer) extend(ctx context.Context, e *redlock.ExtendEvent) {
 	if span == nil {
 		return
 	}
-	kv := append(span.kv[:0], KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
+	kv := append(make([]attribute.KeyValue, 0, spanAttrs), KeyRenewal.Bool(e.Renewal), KeyValidityStart.Float64(e.Before.Seconds()), KeyValidityEnd.Float64(e.After.Seconds()))
 	o.end(span, e.Key, e.Outcome, redlock.Extended, e.Masters, e.Err, kv)
 }
 
@@ -388,7 +388,7 @@ func (o *Observer) release(ctx context.Context, e *redlock.ReleaseEvent) {
 	if span == nil {
 		return
 	}
-	kv := append(span.kv[:0], KeyHeld.Float64(e.Held.Seconds()))
+	kv := append(make([]attribute.KeyValue, 0, spanAttrs), KeyHeld.Float64(e.Held.Seconds()))
 	o.end(span, e.Key, e.Outcome, redlock.Released, e.Masters, e.Err, kv)
 }
 
@@ -412,7 +412,7 @@ func (o *Observer) lose(ctx context.Context, e *redlock.LostEvent) {
 	if span == nil {
 		return
 	}
-	kv := append(span.kv[:0], KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()), KeyLostReason.String(string(e.Reason)))
+	kv := append(make([]attribute.KeyValue, 0, spanAttrs), KeyHeld.Float64(e.Held.Seconds()), KeySinceRenewal.Float64(e.SinceRenewal.Seconds()), KeyLostReason.String(string(e.Reason)))
 	o.end(span, e.Key, redlock.Lost, "", nil, e.Cause, kv)
 }
 
@@ -465,40 +465,22 @@ var internal = trace.WithSpanKind(trace.SpanKindInternal)
 // error.type).
 const spanAttrs = 3 + 6
 
-// A spanning is a span being made, with the options of its start and the
-// attributes it gets. Spannings are pooled (Observer.spannings): a tracer
-// takes the options and the attributes as variadic arguments and keeps
-// neither slice (the SDK applies the options to a config of its own, and
-// copies the attributes into the span's), so that one spanning serves
-// span after span, and a span allocates nothing of ours but its timestamp
-// option (TestEachSpanCarriesTheAttributesOfItsOwnEventAlone).
-type spanning struct {
-	trace.Span
-	opts [2]trace.SpanStartOption
-	kv   [spanAttrs]attribute.KeyValue
-}
-
 // start starts a span named name that began d ago, as a child of the span
-// in ctx; with spans off it returns ctx and nil.
-func (o *Observer) start(ctx context.Context, name string, d time.Duration) (context.Context, *spanning) {
+// in ctx; with spans off it returns ctx and a nil span. The options and
+// attributes a span is given are its own, never reused: a tracer may keep
+// them (TestSpansOfATracerThatKeepsItsArgumentsKeepTheirOwnAttributes).
+func (o *Observer) start(ctx context.Context, name string, d time.Duration) (context.Context, trace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	s, _ := o.spannings.Get().(*spanning)
-	if s == nil {
-		s = new(spanning)
-	}
-	s.opts = [2]trace.SpanStartOption{trace.WithTimestamp(time.Now().Add(-d)), internal}
-	ctx, s.Span = o.tracer.Start(ctx, name, s.opts[:]...)
-	return ctx, s
+	return o.tracer.Start(ctx, name, trace.WithTimestamp(time.Now().Add(-d)), internal)
 }
 
-// end gives the span its key, outcome, the attributes in kv (made in
-// span.kv), the masters' answers and its status, unless it records
-// nothing, ends it and puts span back in the pool. ok is the outcome of
-// success.
-func (o *Observer) end(span *spanning, key string, out, ok redlock.Outcome, masters []redlock.NodeError, err error, kv []attribute.KeyValue) {
-	defer o.done(span)
+// end gives the span its key, outcome, the attributes in kv, the masters'
+// answers and its status, unless it records nothing, and ends it. ok is
+// the outcome of success.
+func (o *Observer) end(span trace.Span, key string, out, ok redlock.Outcome, masters []redlock.NodeError, err error, kv []attribute.KeyValue) {
+	defer span.End()
 	if !span.IsRecording() {
 		return
 	}
@@ -517,14 +499,6 @@ func (o *Observer) end(span *spanning, key string, out, ok redlock.Outcome, mast
 		}
 		span.SetStatus(codes.Error, desc)
 	}
-}
-
-// done ends span's span and puts span back in the pool, holding nothing
-// of the span's.
-func (o *Observer) done(span *spanning) {
-	span.End()
-	*span = spanning{}
-	o.spannings.Put(span)
 }
 
 // mastersAttrs are the attributes of one set of masters: their addresses,
@@ -629,26 +603,37 @@ func (c *count) add(n int64) {
 	c.n.Add(n)
 }
 
+// A tally is what the event counters' callback reads (report): the
+// counters, and the attribute sets of events with their counts. It is
+// apart from the Observer, so that an Observer the program dropped is
+// garbage, and its callback unregistered then (NewObserver), even while
+// its MeterProvider lives on (TestADroppedObserverIsCollected).
+type tally struct {
+	counted [numCounted]metric.Int64ObservableCounter // by count index (countObtains...)
+	sets    [len(outcomes)][3]measure                 // by outcome index and renewalAttr, without a key; read-only
+	other   sync.Map                                  // attribute.Distinct -> measure: the sets with a key or an unknown outcome
+}
+
 // report observes the event counters' sums: the callback the MeterProvider
 // calls when a reader collects.
-func (o *Observer) report(_ context.Context, obs metric.Observer) error {
-	for i := range o.sets {
-		for _, m := range o.sets[i] {
-			o.reportSet(obs, m)
+func (t *tally) report(_ context.Context, obs metric.Observer) error {
+	for i := range t.sets {
+		for _, m := range t.sets[i] {
+			t.reportSet(obs, m)
 		}
 	}
-	o.other.Range(func(_, v any) bool {
-		o.reportSet(obs, v.(measure))
+	t.other.Range(func(_, v any) bool {
+		t.reportSet(obs, v.(measure))
 		return true
 	})
 	return nil
 }
 
 // reportSet observes the counts of one attribute set that have a series.
-func (o *Observer) reportSet(obs metric.Observer, m measure) {
+func (t *tally) reportSet(obs metric.Observer, m measure) {
 	for i := range m.counts {
 		if c := &m.counts[i]; c.seen.Load() {
-			obs.ObserveInt64(o.counted[i], c.n.Load(), m.obs...)
+			obs.ObserveInt64(t.counted[i], c.n.Load(), m.obs...)
 		}
 	}
 }
@@ -684,7 +669,7 @@ func (o *Observer) makeSets() {
 		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
 			m := measureOf(makeSet("", false, out, r))
 			m.counts = new([numCounted]count)
-			o.sets[i][r] = m
+			o.t.sets[i][r] = m
 		}
 	}
 	for i, r := range reasons {
@@ -697,16 +682,16 @@ func (o *Observer) makeSets() {
 func (o *Observer) attrs(key string, out redlock.Outcome, r renewalAttr) measure {
 	if !o.withKey {
 		if i := outcomeIndex(out); i >= 0 {
-			return o.sets[i][r]
+			return o.t.sets[i][r]
 		}
 	}
 	set := makeSet(key, o.withKey, out, r)
-	if v, ok := o.other.Load(set.Equivalent()); ok {
+	if v, ok := o.t.other.Load(set.Equivalent()); ok {
 		return v.(measure)
 	}
 	m := measureOf(set)
 	m.counts = new([numCounted]count)
-	v, _ := o.other.LoadOrStore(set.Equivalent(), m)
+	v, _ := o.t.other.LoadOrStore(set.Equivalent(), m)
 	return v.(measure)
 }
 
