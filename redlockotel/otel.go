@@ -62,9 +62,9 @@
 // synchronous counter would give it, except that their points carry no
 // exemplars, that a delta reader also gets a point (0) for a series that
 // did not move, that a View or temporality selector that picks
-// instruments by kind sees them as observable counters, and that an
-// Observer's counts are reported while the program holds it (keep one per
-// MeterProvider).
+// instruments by kind sees them as observable counters. The Observers of
+// one MeterProvider share the sums, which last as long as the provider: a
+// Client that closed, its Observer dropped, leaves its counts in them.
 //
 // # Spans
 //
@@ -105,12 +105,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -196,8 +198,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithKeyAttribute puts the lock's key (redlock.key) on the metrics of
 // obtains, extends, releases and lost locks. Each key then makes series of
-// its own, whose counts the Observer keeps as long as it lives: use it only
-// for a small, fixed set of keys. Spans always carry the key.
+// its own, whose counts are kept as long as the MeterProvider lives: use it
+// only for a small, fixed set of keys. Spans always carry the key.
 func WithKeyAttribute() Option {
 	return func(c *config) { c.withKey = true }
 }
@@ -206,7 +208,8 @@ func WithKeyAttribute() Option {
 // It is safe for concurrent use, and may serve several Clients.
 //
 // With metrics alone (a noop TracerProvider) it starts no span, and
-// recording an event allocates nothing.
+// recording an event allocates nothing, unless WithKeyAttribute puts the
+// key on the metrics (an attribute set per event).
 type Observer struct {
 	// Rules of cost, measured by BenchmarkObserve and
 	// BenchmarkObservedLocks:
@@ -214,7 +217,8 @@ type Observer struct {
 	//     reason are made once, by NewObserver, and a master's on its first
 	//     event; with a noop TracerProvider no span is started: recording
 	//     an event allocates nothing
-	//     (TestMetricsAloneAllocateNothingPerEvent).
+	//     (TestMetricsAloneAllocateNothingPerEvent), without
+	//     WithKeyAttribute (whose sets, with the key, are made per event).
 	//   - The event counters (redlock.obtains, redlock.obtain.attempts,
 	//     redlock.extends, redlock.releases) are observable: an event adds
 	//     to the sums kept with its attribute set (an atomic add, where a
@@ -225,9 +229,13 @@ type Observer struct {
 	//     first event counted in it, summed over the Observers that share
 	//     the provider; a delta reader also gets 0 for a series that did
 	//     not move (TestCountersSumTheEventsOfEveryObserverOfAProvider).
-	//     Their points carry no exemplars. The callback holds the tally,
-	//     not the Observer: a dropped Observer is garbage, and its
-	//     registration ends then (TestADroppedObserverIsCollected).
+	//     Their points carry no exemplars. The Observers of one meter
+	//     share one tally, and one callback that holds the tally, not an
+	//     Observer: a dropped Observer is garbage
+	//     (TestADroppedObserverIsCollected), its counts stay in the sums,
+	//     which never fall while the provider lives
+	//     (TestADroppedObserverLeavesTheSumsOfTheOthersMonotonic), and
+	//     neither memory nor collection grows with the Observers made.
 	//   - A span gets its attributes in one call. The masters' addresses,
 	//     and answers that are all "ok", are attributes made once for the
 	//     last set of masters seen, used only for events with those very
@@ -246,7 +254,7 @@ type Observer struct {
 	masterUp       metric.Int64Gauge
 	masterDown     metric.Int64UpDownCounter // deprecated
 
-	t       *tally                // the metric attribute sets of events, and their counts
+	t       *tally                // the metric attribute sets of events, and their counts; shared by the Observers of the meter
 	reasons [len(reasons)]measure // by lost reason, without a key; read-only
 	masters sync.Map              // address -> *masterSets
 	spanned atomic.Pointer[mastersAttrs]
@@ -269,7 +277,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		cfg.tp = otel.GetTracerProvider()
 	}
 	m := cfg.mp.Meter(ScopeName)
-	o := &Observer{withKey: cfg.withKey, t: new(tally)}
+	o := &Observer{withKey: cfg.withKey}
 	if _, off := cfg.tp.(noop.TracerProvider); !off {
 		o.tracer = cfg.tp.Tracer(ScopeName)
 	}
@@ -290,19 +298,10 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		note(name, e)
 		return c
 	}
-	observable := func(i int, name, unit, desc string) {
-		c, e := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		note(name, e)
-		o.t.counted[i] = c
-	}
 	o.obtainDur = hist("redlock.obtain.duration", "How long an Obtain waited, from the call until it returned, every attempt included.", latencyBuckets)
-	observable(countObtains, "redlock.obtains", "{obtain}", "Obtains, by outcome.")
-	observable(countAttempts, "redlock.obtain.attempts", "{attempt}", "Attempts the Obtains made, the first included.")
 	o.extendDur = hist("redlock.extend.duration", "How long an Extend or a watchdog's renewal took.", latencyBuckets)
 	o.validityLeft = hist("redlock.extend.validity_left", "The lock's validity left when an Extend or a renewal started.", validityBuckets)
-	observable(countExtends, "redlock.extends", "{extend}", "Extends and renewals, by outcome.")
 	o.holdDur = hist("redlock.hold.duration", "How long a lock was held, from its Obtain to its Release.", holdBuckets)
-	observable(countReleases, "redlock.releases", "{release}", "Releases, by outcome.")
 	o.lost = counter("redlock.lost.locks", "{lock}", "Locks a watchdog declared lost while work ran, by reason.")
 	o.lostSince = hist("redlock.lost.since_renewal", "How long after the last good renewal (or the Obtain) a lock was declared lost.", validityBuckets)
 	o.masterTransits = counter("redlock.master.transitions", "{transition}", "Masters that stopped answering (down) or answer again (up).")
@@ -317,14 +316,9 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The callback is the tally's, not the Observer's: the registration
-	// ends once the Observer is garbage, and its counts leave the series
-	// (a cumulative reader then sees them fall, as after a restart).
-	reg, err := m.RegisterCallback(o.t.report, o.t.counted[0], o.t.counted[1], o.t.counted[2], o.t.counted[3])
-	if err != nil {
-		return nil, fmt.Errorf("redlockotel: counters' callback: %w", err)
+	if o.t, err = tallyOf(m); err != nil {
+		return nil, err
 	}
-	runtime.AddCleanup(o, func(r metric.Registration) { r.Unregister() }, reg)
 	return o, nil
 }
 
@@ -604,14 +598,91 @@ func (c *count) add(n int64) {
 }
 
 // A tally is what the event counters' callback reads (report): the
-// counters, and the attribute sets of events with their counts. It is
-// apart from the Observer, so that an Observer the program dropped is
-// garbage, and its callback unregistered then (NewObserver), even while
-// its MeterProvider lives on (TestADroppedObserverIsCollected).
+// counters, and the attribute sets of events with their counts. The
+// Observers of one meter share it (tallyOf), and its callback, registered
+// once, lasts as long as the meter's provider: the counts of an Observer
+// the program dropped stay in the sums, as a synchronous counter's would.
+// It holds no Observer, so that a dropped Observer is garbage
+// (TestADroppedObserverIsCollected,
+// TestADroppedObserverLeavesTheSumsOfTheOthersMonotonic).
 type tally struct {
+	meter   metric.Meter                              // whose instruments counted are
 	counted [numCounted]metric.Int64ObservableCounter // by count index (countObtains...)
 	sets    [len(outcomes)][3]measure                 // by outcome index and renewalAttr, without a key; read-only
 	other   sync.Map                                  // attribute.Distinct -> measure: the sets with a key or an unknown outcome
+}
+
+// tallies finds the tally of a meter by the meter's address, holding
+// neither: the meter's provider holds the tally (its callback), and the
+// tally its meter.
+var tallies struct {
+	sync.Mutex
+	m map[uintptr]weak.Pointer[tally]
+}
+
+// tallyOf returns the tally of the Observers of m, made and registered
+// with m on the first. A meter that is not a pointer (a noop meter) gets a
+// tally per Observer, registered for as long as m's provider lives.
+func tallyOf(m metric.Meter) (*tally, error) {
+	v := reflect.ValueOf(m)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return newTally(m)
+	}
+	addr := v.Pointer()
+	tallies.Lock()
+	defer tallies.Unlock()
+	if t := tallies.m[addr].Value(); t != nil && t.meter == m {
+		return t, nil
+	}
+	t, err := newTally(m)
+	if err != nil {
+		return nil, err
+	}
+	if tallies.m == nil {
+		tallies.m = make(map[uintptr]weak.Pointer[tally])
+	}
+	w := weak.Make(t)
+	tallies.m[addr] = w
+	runtime.AddCleanup(t, func(w weak.Pointer[tally]) {
+		tallies.Lock()
+		defer tallies.Unlock()
+		if tallies.m[addr] == w {
+			delete(tallies.m, addr)
+		}
+	}, w)
+	return t, nil
+}
+
+// newTally makes the event counters of m, the attribute sets without a
+// key with their counts, and registers the callback that reports them.
+func newTally(m metric.Meter) (*tally, error) {
+	t := &tally{meter: m}
+	for i, out := range outcomes {
+		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
+			ms := measureOf(makeSet("", false, out, r))
+			ms.counts = new([numCounted]count)
+			t.sets[i][r] = ms
+		}
+	}
+	for _, c := range []struct {
+		i                int
+		name, unit, desc string
+	}{
+		{countObtains, "redlock.obtains", "{obtain}", "Obtains, by outcome."},
+		{countAttempts, "redlock.obtain.attempts", "{attempt}", "Attempts the Obtains made, the first included."},
+		{countExtends, "redlock.extends", "{extend}", "Extends and renewals, by outcome."},
+		{countReleases, "redlock.releases", "{release}", "Releases, by outcome."},
+	} {
+		ctr, err := m.Int64ObservableCounter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.desc))
+		if err != nil {
+			return nil, fmt.Errorf("redlockotel: %s: %w", c.name, err)
+		}
+		t.counted[c.i] = ctr
+	}
+	if _, err := m.RegisterCallback(t.report, t.counted[0], t.counted[1], t.counted[2], t.counted[3]); err != nil {
+		return nil, fmt.Errorf("redlockotel: counters' callback: %w", err)
+	}
+	return t, nil
 }
 
 // report observes the event counters' sums: the callback the MeterProvider
@@ -663,15 +734,9 @@ func reasonIndex(r redlock.LostReason) int {
 	return -1
 }
 
-// makeSets makes the attribute sets without a key, once.
+// makeSets makes the attribute sets of lost locks without a key, once
+// (those of the event counters are their tally's: newTally).
 func (o *Observer) makeSets() {
-	for i, out := range outcomes {
-		for _, r := range []renewalAttr{renewalNone, renewalFalse, renewalTrue} {
-			m := measureOf(makeSet("", false, out, r))
-			m.counts = new([numCounted]count)
-			o.t.sets[i][r] = m
-		}
-	}
 	for i, r := range reasons {
 		o.reasons[i] = measureOf(attribute.NewSet(KeyLostReason.String(string(r))))
 	}
