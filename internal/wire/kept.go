@@ -18,8 +18,9 @@ import (
 //     TestCloseSendsKeptReleases, TestReleasedLockLeavesNoKeyAfterABusyScript)
 //   - A Release by a handle that did not obtain its lock (Client.Attach)
 //     that finds the key absent is kept too, and sent once more when its
-//     recheck time comes (ReleaseFacts.Recheck: a node timeout after it,
-//     the Obtainer's or this Client's, whichever is longer), then no more: the
+//     recheck time comes (ReleaseFacts.Recheck: after the longer of this
+//     Client's node timeout and the longest default one, 500ms, standing
+//     for the Obtainer's, which is not known here), then no more: the
 //     Obtain that took the lock, in another Client, may have a request to
 //     this master still on its way, which would land after the Release and
 //     keep its key for a whole TTL. Close waits for that time and sends

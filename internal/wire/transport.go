@@ -402,9 +402,10 @@ func (t *redisTransport) reset([]*request) {
 
 // close sends the kept Releases one last time, within tickBudget, and
 // gives back everything the transport holds. A recheck not due yet is
-// waited for (its time is at most a node timeout after the Release that
-// kept it), so that Client.Close right after a hand-over's Release still
-// sends it in time. (TestCloseSendsTheHandOverRecheck)
+// waited for (its time is at most the longer of a node timeout and 500ms
+// after the Release that kept it: ReleaseFacts.Recheck), so that
+// Client.Close right after a hand-over's Release still sends it in time.
+// (TestCloseSendsTheHandOverRecheck)
 func (t *redisTransport) close() {
 	var last time.Time
 	for i := range t.pending {
