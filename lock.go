@@ -372,9 +372,17 @@ func (l *Lock) release(ctx context.Context) error {
 		return l.releaseLocked(ctx, nil)
 	}
 	start := time.Now()
-	var answers []NodeError
+	rec := l.c.newReleaseRec()
+	answers := rec.buf[:0]
 	err := l.releaseLocked(ctx, &answers)
-	l.c.observe(ctx, &ReleaseEvent{Key: l.key, Held: start.Sub(l.obtained), Latency: time.Since(start), Outcome: outcome(ctx, err, Released), Masters: answers, Err: err})
+	if len(answers) == 0 {
+		answers = nil // no master asked
+	} else {
+		rec.buf = answers
+	}
+	rec.ev = ReleaseEvent{Key: l.key, Held: start.Sub(l.obtained), Latency: time.Since(start), Outcome: outcome(ctx, err, Released), Masters: answers, Err: err}
+	l.c.observe(ctx, &rec.ev)
+	l.c.recycleRelease(rec)
 	return err
 }
 
@@ -489,7 +497,7 @@ func (l *Lock) releaseLocked(ctx context.Context, answers *[]NodeError) error {
 		}
 	}
 	if answers != nil {
-		*answers = slices.Clone(rd.nodes)
+		*answers = append(*answers, rd.nodes...)
 	}
 	if rd.ok >= c.quorum {
 		l.released.Store(true)

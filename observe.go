@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/redlock-go/redlock/internal/wire"
@@ -119,9 +120,99 @@ func (*ReleaseEvent) event() {}
 func (*LostEvent) event()    {}
 func (*MasterEvent) event()  {}
 
+// A TransientObserver is an Observer that keeps nothing of an event once
+// its Observe returns: neither the event nor a slice it holds (Masters).
+// When Transient reports true, a Client reuses the [*ObtainEvent] and
+// [*ReleaseEvent] values it hands the Observer, so that observing a lock's
+// Obtain and Release allocates nothing. redlockotel's Observer is one.
+type TransientObserver interface {
+	Observer
+	Transient() bool
+}
+
+// Reused events: a Client whose Observer is transient (config.reuse)
+// takes its Obtain and Release events, with the slices their answers go
+// in, from these pools, and puts them back once Observe returned
+// (TestATransientObserversEventsAreReused); otherwise every event is new
+// and the Observer may keep it (TestEventsAreTheObserversToKeep).
+var obtainRecs, releaseRecs sync.Pool
+
+// An obtainRec is an ObtainEvent and the slice its answers go in (buf),
+// apart from Masters, which may instead be an error's.
+type obtainRec struct {
+	ev  ObtainEvent
+	buf []NodeError
+}
+
+// A releaseRec is a ReleaseEvent and the slice its answers go in.
+type releaseRec struct {
+	ev  ReleaseEvent
+	buf []NodeError
+}
+
+// newObtainRec returns an obtainRec to fill with a successful try's
+// answers, nodes: reused when the Observer is transient.
+func (c *Client) newObtainRec(nodes []NodeError) *obtainRec {
+	r, _ := obtainRecs.Get().(*obtainRec)
+	if r == nil || !c.cfg.reuse {
+		r = new(obtainRec)
+	}
+	r.buf = append(r.buf[:0], nodes...)
+	r.ev.Masters = r.buf
+	return r
+}
+
+// newReleaseRec returns a releaseRec: reused when the Observer is
+// transient.
+func (c *Client) newReleaseRec() *releaseRec {
+	if c.cfg.reuse {
+		if r, _ := releaseRecs.Get().(*releaseRec); r != nil {
+			return r
+		}
+	}
+	return new(releaseRec)
+}
+
+// recycle puts r back for reuse once observed, when the Observer is
+// transient: it keeps nothing of r, and r keeps nothing of the event.
+func (c *Client) recycleObtain(r *obtainRec) {
+	if c.cfg.reuse {
+		clear(r.buf)
+		*r = obtainRec{buf: r.buf[:0]}
+		obtainRecs.Put(r)
+	}
+}
+
+// recycleRelease is recycleObtain for a releaseRec.
+func (c *Client) recycleRelease(r *releaseRec) {
+	if c.cfg.reuse {
+		clear(r.buf)
+		*r = releaseRec{buf: r.buf[:0]}
+		releaseRecs.Put(r)
+	}
+}
+
 type observer struct{ o Observer }
 
-func (o observer) apply(c *config) { c.obs, c.obsSet = o.o, true }
+func (o observer) apply(c *config) {
+	c.obs, c.obsSet = o.o, true
+	c.reuse = transient(o.o)
+}
+
+// transient says whether o is a TransientObserver that says so; one whose
+// Transient panics is not.
+func transient(o Observer) (yes bool) {
+	t, ok := o.(TransientObserver)
+	if !ok {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			yes = false
+		}
+	}()
+	return t.Transient()
+}
 
 // WithObserver sends every lock's events to o (see [Observer]). Default
 // none; nil is refused.

@@ -3,8 +3,11 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -320,5 +323,163 @@ func TestReleaseDuringARenewalLogsNoFailure(t *testing.T) {
 			r.Attrs(func(a slog.Attr) bool { t.Logf("  %s=%v", a.Key, a.Value); return true })
 			t.Errorf("a Release that succeeded, on masters that all answered, logged %q at %v", r.Message, r.Level)
 		}
+	}
+}
+
+// seen is what an Observer read of an event while Observe ran.
+type seen struct {
+	key     string
+	outcome redlock.Outcome
+	fence   int64
+	answers []string // each master's address and answer
+	err     error
+}
+
+func seenOf(e redlock.Event) (any, seen) {
+	answers := func(ms []redlock.NodeError) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, fmt.Sprintf("%s=%v", m.Addr, m.Err))
+		}
+		return out
+	}
+	switch e := e.(type) {
+	case *redlock.ObtainEvent:
+		return e, seen{e.Key, e.Outcome, e.Fence, answers(e.Masters), e.Err}
+	case *redlock.ReleaseEvent:
+		return e, seen{e.Key, e.Outcome, 0, answers(e.Masters), e.Err}
+	}
+	return nil, seen{}
+}
+
+// copier is an Observer that keeps copies of the Obtain and Release
+// events it sees, and which event values it was handed; transient says
+// what its Transient answers (panic: it panics).
+type copier struct {
+	transient string
+	mu        sync.Mutex
+	seen      []seen
+	ptrs      map[any]bool
+	kept      []redlock.Event
+}
+
+func (c *copier) Transient() bool {
+	if c.transient == "panic" {
+		panic("Transient")
+	}
+	return c.transient == "yes"
+}
+
+func (c *copier) Observe(_ context.Context, e redlock.Event) {
+	p, s := seenOf(e)
+	if p == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = append(c.seen, s)
+	c.ptrs[p] = true
+	c.kept = append(c.kept, e)
+}
+
+// TestATransientObserversEventsAreReused: a Client hands a
+// TransientObserver the same Obtain and Release event values again, so
+// that observing allocates nothing; each time they hold that call's
+// values alone, nothing of an earlier call (a refusal's answers, a
+// fence). An Observer that is not transient (Transient false, or a
+// Transient that panics) gets new events, which it may keep: they keep
+// their values (TestEventsAreTheObserversToKeep).
+func TestATransientObserversEventsAreReused(t *testing.T) {
+	ctx := context.Background()
+	obs := &copier{transient: "yes", ptrs: map[any]bool{}}
+	servers, clients, c := cluster(t, 3, redlock.WithObserver(obs))
+	other := newClient(t, clients)
+	held := obtain(t, other, "held", time.Minute)
+	defer held.Release(ctx)
+	want := func(key string, out redlock.Outcome, answer string) seen {
+		var answers []string
+		for _, s := range servers {
+			answers = append(answers, s.Addr()+"="+answer)
+		}
+		return seen{key: key, outcome: out, answers: answers}
+	}
+	const cycles = 100
+	var wants []seen
+	for i := range cycles {
+		key := fmt.Sprint("k", i)
+		l := obtain(t, c, key, time.Minute)
+		wants = append(wants, want(key, redlock.Obtained, "<nil>"))
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wants = append(wants, want(key, redlock.Released, "<nil>"))
+		if i%10 == 0 { // a refusal between: its answers are the error's
+			_, err := c.Obtain(ctx, "held", time.Minute)
+			if !errors.Is(err, redlock.ErrTaken) {
+				t.Fatalf("Obtain of a held key: %v", err)
+			}
+			w := want("held", redlock.Taken, redlock.ErrTaken.Error())
+			w.err = err
+			wants = append(wants, w)
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.seen) != len(wants) {
+		t.Fatalf("%d events seen, want %d", len(obs.seen), len(wants))
+	}
+	// A call returns at a quorum: a master may not have answered yet.
+	const noReply = "redlock: no reply before the outcome was decided"
+	for i, w := range wants {
+		got := obs.seen[i]
+		agreed := 0
+		for j, a := range got.answers {
+			addr, answer, _ := strings.Cut(a, "=")
+			if j < len(w.answers) && a == w.answers[j] {
+				agreed++
+			} else if j >= len(w.answers) || answer != noReply || !strings.HasPrefix(w.answers[j], addr+"=") {
+				agreed = -len(got.answers)
+			}
+		}
+		got.answers, w.answers = nil, nil
+		if !reflect.DeepEqual(got, w) || len(obs.seen[i].answers) != len(servers) || agreed < 2 {
+			t.Fatalf("event %d: seen %+v, want %+v", i, obs.seen[i], wants[i])
+		}
+	}
+	// sync.Pool may drop a value (at random under -race): most are reused.
+	if n := len(obs.ptrs); n > len(wants)/2 {
+		t.Errorf("%d event values for %d events: a transient Observer's events are not reused", n, len(wants))
+	}
+}
+
+// TestEventsAreTheObserversToKeep: an Observer that is not transient gets
+// a new event for each call, and may keep it: what it kept still holds
+// that call's values after many more calls.
+func TestEventsAreTheObserversToKeep(t *testing.T) {
+	for _, transient := range []string{"no", "panic"} {
+		t.Run("transient="+transient, func(t *testing.T) {
+			ctx := context.Background()
+			obs := &copier{transient: transient, ptrs: map[any]bool{}}
+			_, _, c := cluster(t, 3, redlock.WithObserver(obs))
+			for i := range 50 {
+				l := obtain(t, c, fmt.Sprint("k", i), time.Minute)
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
+			if len(obs.kept) != 100 {
+				t.Fatalf("%d events, want 100", len(obs.kept))
+			}
+			for i, e := range obs.kept {
+				if _, now := seenOf(e); !reflect.DeepEqual(now, obs.seen[i]) {
+					t.Fatalf("kept event %d holds %+v, was %+v when observed", i, now, obs.seen[i])
+				}
+			}
+			if len(obs.ptrs) != 100 {
+				t.Errorf("%d event values for 100 events, want each its own", len(obs.ptrs))
+			}
+		})
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -59,32 +58,37 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 		return lock, err
 	}
 	start := time.Now()
-	lock, n, nodes, err := c.obtainLoop(ctx, key, ttl, oc)
+	lock, n, rec, err := c.obtainLoop(ctx, key, ttl, oc)
 	if lock != nil {
 		lock.holdAtLeast = oc.holdAtLeast
 	}
-	e := &ObtainEvent{Key: key, Attempts: n, Wait: time.Since(start), Outcome: outcome(ctx, err, Obtained), Masters: nodes, Err: err}
+	if rec == nil { // no try succeeded: the answers are the error's
+		rec = c.newObtainRec(nil)
+		rec.ev.Masters = nodesOf(err)
+	}
+	e := &rec.ev
+	e.Key, e.Attempts, e.Wait, e.Outcome, e.Err = key, n, time.Since(start), outcome(ctx, err, Obtained), err
 	if lock != nil {
 		e.Fence = lock.fence
-	} else {
-		e.Masters = nodesOf(err)
 	}
 	c.observe(ctx, e)
+	c.recycleObtain(rec)
 	return lock, err
 }
 
 // obtainLoop makes the attempts; it returns the lock, how many attempts it
-// made, and, with an Observer, the winning attempt's answers.
-func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (_ *Lock, n int, _ []NodeError, _ error) {
+// made, and, with an Observer, the event to fill, with the winning
+// attempt's answers.
+func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (_ *Lock, n int, _ *obtainRec, _ error) {
 	if oc.wait {
 		return c.obtainWait(ctx, key, ttl, oc.tokenTail)
 	}
 	var timer *time.Timer
 	var last error
 	for n = 1; ; n++ {
-		lock, nodes, err := c.attempt(ctx, key, ttl, oc.set, oc.tokenTail)
+		lock, rec, err := c.attempt(ctx, key, ttl, oc.set, oc.tokenTail)
 		if err == nil {
-			return lock, n, nodes, nil
+			return lock, n, rec, nil
 		}
 		// No wait follows the last attempt: its answers decided its one
 		// outcome, which a cancel or a Close that came after them leaves
@@ -252,9 +256,9 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 // attempt makes one try at the lock: on key, or, with set, on every key of
 // the set at once (key is then its first), under a new token that ends
 // with tail (newToken).
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet, tail string) (*Lock, []NodeError, error) {
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, set *keySet, tail string) (*Lock, *obtainRec, error) {
 	l, res, err := c.try(ctx, tryArgs{key: key, ttl: ttl, set: set, token: newToken(tail), gate: -1})
-	return l, res.nodes, err
+	return l, res.rec, err
 }
 
 // tryArgs is what one try at a lock takes.
@@ -280,9 +284,9 @@ type tryArgs struct {
 // outcome was decided, which may be a refusal too), and how long until a
 // quorum of the masters could be free (their keys' PTTL; see quorumFree),
 // or about a node timeout when they did not say. With an Observer, a
-// successful try's answers are in nodes.
+// successful try's answers are in rec, its event to be.
 type tried struct {
-	nodes   []NodeError
+	rec     *obtainRec
 	wait    time.Duration
 	blocked uint64
 }
@@ -331,7 +335,7 @@ func (c *Client) try(ctx context.Context, a tryArgs) (*Lock, tried, error) {
 			l.known = c.told()
 			var res tried
 			if c.cfg.obs != nil {
-				res.nodes = slices.Clone(rd.nodes)
+				res.rec = c.newObtainRec(rd.nodes)
 			}
 			return l, res, nil
 		}

@@ -37,6 +37,7 @@ type config struct {
 	fencing     bool
 	obs         Observer
 	obsSet      bool
+	reuse       bool // obs is a TransientObserver: its events are reused (observe.go)
 	// WithReplicaAcks: replicas that must acknowledge each grant, and how
 	// long a master waits for them (whole milliseconds); 0 without.
 	acks    int

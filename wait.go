@@ -219,7 +219,7 @@ func (c *Client) freed(released, from uint64, need int) bool {
 // until the releases of enough of the keys that blocked it are announced,
 // or a quorum of them could have expired, whichever comes first. Each
 // attempt's token ends with tail (newToken).
-func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, tail string) (_ *Lock, n int, _ []NodeError, _ error) {
+func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, tail string) (_ *Lock, n int, _ *obtainRec, _ error) {
 	w := c.wakerFor()
 	if w == nil {
 		return nil, 0, nil, c.closedObtain(ErrClosed)
@@ -365,7 +365,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 		askAll = false
 		start := time.Now()
 		lock, res, err := c.try(ctx, tryArgs{key: key, ttl: ttl, token: newToken(tail), turn: turn, plain: plain, gate: asked})
-		nodes, wait, blocked := res.nodes, res.wait, res.blocked
+		wait, blocked := res.wait, res.blocked
 		if asked < 0 {
 			heard = 0 // this ask read every master's state
 		}
@@ -373,7 +373,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 			if len(turn) > wake.IDLen && turn[len(turn)-wake.IDLen:] == c.turnID {
 				held = ttl
 			}
-			return lock, n, nodes, nil
+			return lock, n, res.rec, nil
 		}
 		atGate := asked >= 0 && blocked == bit(asked)
 		if atGate {

@@ -22,7 +22,8 @@ import (
 // BenchmarkObservedLocks measures what the Observer costs a busy Client:
 // 64 goroutines (b.SetParallelism) each Obtain and Release locks of their
 // own on one redis-server, with no Observer, with an Observer that does
-// nothing (what the library pays to report events), with metrics alone (a
+// nothing (what the library pays to report events: new ones, or reused
+// ones for a TransientObserver, as redlockotel's is), with metrics alone (a
 // noop TracerProvider) and with metrics and every span sampled. Compare the
 // variants within one run: they share the server and the machine. Besides
 // ns/op (wall time, which other load on the machine moves), it reports
@@ -31,13 +32,15 @@ import (
 func BenchmarkObservedLocks(b *testing.B) {
 	servers := redistest.Start(b, 1)
 	clients := redistest.Clients(b, servers)
-	for _, variant := range []string{"none", "empty", "metrics", "metrics+spans"} {
+	for _, variant := range []string{"none", "empty", "empty-transient", "metrics", "metrics+spans"} {
 		b.Run(variant, func(b *testing.B) {
 			var opts []redlock.Option
 			switch variant {
 			case "none":
 			case "empty":
 				opts = append(opts, redlock.WithObserver(emptyObserver{}))
+			case "empty-transient":
+				opts = append(opts, redlock.WithObserver(transientObserver{}))
 			default:
 				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 				defer mp.Shutdown(context.Background())
@@ -86,6 +89,12 @@ func BenchmarkObservedLocks(b *testing.B) {
 type emptyObserver struct{}
 
 func (emptyObserver) Observe(context.Context, redlock.Event) {}
+
+// transientObserver drops every event, and says it keeps none: the Client
+// reuses its events.
+type transientObserver struct{ emptyObserver }
+
+func (transientObserver) Transient() bool { return true }
 
 // cpuTime returns the CPU time this process has used, user and system.
 func cpuTime(b *testing.B) time.Duration {

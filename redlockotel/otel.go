@@ -322,6 +322,12 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
+// Transient reports true: the Observer keeps nothing of an event once
+// Observe returns (spans and measurements get copies of its values), so
+// that a Client may reuse its events (redlock.TransientObserver).
+// (TestTheObserverIsTransient)
+func (o *Observer) Transient() bool { return true }
+
 // Observe records e. It ignores the events it does not know.
 func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
 	switch e := e.(type) {
