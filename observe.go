@@ -21,7 +21,9 @@ import (
 // the caller's context (its values: a span to be the parent). It must be
 // quick and must not block: a slow Observe slows the lock calls, and a
 // watchdog's renewals. A panic in Observe is recovered and the event
-// dropped. Events are values the Observer may keep.
+// dropped. Events are values the Observer may keep, unless it is a
+// [TransientObserver] that says it keeps none: its Obtain and Release
+// events are then reused.
 //
 // New kinds of events may be added: an Observer should ignore the ones it
 // does not know.
@@ -122,9 +124,10 @@ func (*MasterEvent) event()  {}
 
 // A TransientObserver is an Observer that keeps nothing of an event once
 // its Observe returns: neither the event nor a slice it holds (Masters).
-// When Transient reports true, a Client reuses the [*ObtainEvent] and
-// [*ReleaseEvent] values it hands the Observer, so that observing a lock's
-// Obtain and Release allocates nothing. redlockotel's Observer is one.
+// When Transient reports true (it is asked once, by [WithObserver]), a
+// Client reuses the [*ObtainEvent] and [*ReleaseEvent] values it hands the
+// Observer, so that observing a lock's Obtain and Release allocates
+// nothing. redlockotel's Observer is one.
 type TransientObserver interface {
 	Observer
 	Transient() bool
@@ -151,10 +154,15 @@ type releaseRec struct {
 }
 
 // newObtainRec returns an obtainRec to fill with a successful try's
-// answers, nodes: reused when the Observer is transient.
+// answers, nodes: reused when the Observer is transient. A Client whose
+// Observer is not takes nothing from the pool, which it would not put back
+// (TestATransientObserversEventsAreReusedBesideAKeepingOne).
 func (c *Client) newObtainRec(nodes []NodeError) *obtainRec {
-	r, _ := obtainRecs.Get().(*obtainRec)
-	if r == nil || !c.cfg.reuse {
+	var r *obtainRec
+	if c.cfg.reuse {
+		r, _ = obtainRecs.Get().(*obtainRec)
+	}
+	if r == nil {
 		r = new(obtainRec)
 	}
 	r.buf = append(r.buf[:0], nodes...)

@@ -483,3 +483,36 @@ func TestEventsAreTheObserversToKeep(t *testing.T) {
 		})
 	}
 }
+
+// TestATransientObserversEventsAreReusedBesideAKeepingOne: a Client whose
+// Observer keeps its events takes no reused event from the pools it does
+// not put back into: a transient Observer's Client in the same process,
+// used in turn with it, still gets its Obtain events reused.
+func TestATransientObserversEventsAreReusedBesideAKeepingOne(t *testing.T) {
+	ctx := context.Background()
+	transient := &copier{transient: "yes", ptrs: map[any]bool{}}
+	keeping := &copier{transient: "no", ptrs: map[any]bool{}}
+	_, clients, c := cluster(t, 3, redlock.WithObserver(transient))
+	k := newClient(t, clients, redlock.WithObserver(keeping))
+	const cycles = 100
+	for i := range cycles {
+		for _, c := range []*redlock.Client{c, k} {
+			l := obtain(t, c, fmt.Sprint("k", i), time.Minute)
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	transient.mu.Lock()
+	defer transient.mu.Unlock()
+	obtains := 0
+	for p := range transient.ptrs {
+		if _, ok := p.(*redlock.ObtainEvent); ok {
+			obtains++
+		}
+	}
+	// sync.Pool may drop a value (at random under -race): most are reused.
+	if obtains > cycles/2 {
+		t.Errorf("%d Obtain event values for %d Obtains: the keeping Observer's Client took the transient one's", obtains, cycles)
+	}
+}

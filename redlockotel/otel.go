@@ -324,7 +324,9 @@ func NewObserver(opts ...Option) (*Observer, error) {
 
 // Transient reports true: the Observer keeps nothing of an event once
 // Observe returns (spans and measurements get copies of its values), so
-// that a Client may reuse its events (redlock.TransientObserver).
+// that a Client may reuse its events (redlock.TransientObserver). A type
+// that embeds the Observer inherits Transient: if it keeps events, it must
+// say so with a Transient of its own that reports false.
 // (TestTheObserverIsTransient)
 func (o *Observer) Transient() bool { return true }
 
