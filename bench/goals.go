@@ -216,6 +216,9 @@ func smokeProblems(r *report) []string {
 			p = append(p, fmt.Sprintf("%s %s: %s allocations per cycle, want %s", g.Cell, g.Contender, g.Measured, g.Target))
 		}
 	}
+	if r.Held != nil {
+		p = append(p, r.Held.Problems...)
+	}
 	return slices.Clip(p)
 }
 

@@ -46,11 +46,13 @@ type options struct {
 	hotKeys       int
 	masters       []int
 	goroutines    []int
+	held          bool // -held: the many-held-locks workload instead of the matrix
+	heldOpts      heldOptions
 }
 
 func main() {
 	var o options
-	var latencies string
+	var latencies, heldLocks, heldTTLs string
 	flag.StringVar(&o.out, "out", defaultOut(), "directory for report.md, report.json and chart.svg")
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measured time of each contender in each cell and repeat")
 	flag.DurationVar(&o.warmup, "warmup", -1, "unmeasured run before each measurement (default duration/5, at most 1s)")
@@ -70,9 +72,19 @@ func main() {
 	flag.BoolVar(&o.allowExisting, "allow-existing-keys", false, "with -masters: run even when keys under -prefix exist (another run's, left alone)")
 	flag.StringVar(&latencies, "latency", "100us,500us", "added latency each way of the latency cells, comma-separated ('' for none; only on the harness's own servers)")
 	flag.IntVar(&o.hotKeys, "hot-keys", defaultHotKeys, "hot keys of the contended cells")
+	flag.BoolVar(&o.held, "held", false, "run the many-held-locks workload (one Client holds L locks under KeepAlive) instead of the matrix; with -smoke, its tiny version only")
+	flag.StringVar(&heldLocks, "held-locks", "1000,5000,20000", "-held: locks held at once in each run of the table, comma-separated (20k = 20000)")
+	flag.StringVar(&heldTTLs, "held-ttls", "2s,10s", "-held: lock TTLs, comma-separated")
+	flag.DurationVar(&o.heldOpts.holdFor, "held-for", 10*time.Second, "-held: measured time each run holds its locks, from when the last was obtained")
+	flag.DurationVar(&o.heldOpts.search, "held-search", 3*time.Minute, "-held: time budget of the search for the largest number of locks held without loss, per masters and TTL (0: no search)")
+	flag.IntVar(&o.heldOpts.maxL, "held-max", 200_000, "-held: the largest number of locks the search tries")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	if err := o.finishHeld(heldLocks, heldTTLs); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
 	if err := o.finish(latencies); err != nil {
@@ -213,6 +225,9 @@ func matrix(o options) ([]cell, error) {
 var logOut io.Writer = os.Stderr
 
 func run(ctx context.Context, o options) (int, error) {
+	if o.held {
+		return runHeldOnly(ctx, o)
+	}
 	cells, err := matrix(o)
 	if err != nil {
 		return 2, err
@@ -264,63 +279,14 @@ func run(ctx context.Context, o options) (int, error) {
 			maxN = max(maxN, c.N)
 		}
 	}
-	var ms *masterSet
-	if o.masterSpecs != "" {
-		specs, err := masterlist.Split(o.masterSpecs)
-		if err != nil {
-			return 2, fmt.Errorf("-masters: %w", err)
-		}
-		ms, err = externalMasters(specs)
-		if err != nil {
-			return 2, err
-		}
-	} else {
-		ms, err = startMasters(max(maxN, 1))
-		if err != nil {
-			return 1, err
-		}
+	ms, code, err := openMasters(ctx, o, max(maxN, 1))
+	if err != nil {
+		return code, err
 	}
 	defer ms.Close()
-	if err := ms.describe(ctx); err != nil {
-		return 1, err
-	}
 	runID := randomID()
-	if !ms.owned {
-		// Keys under the prefix that this run did not make: another run's,
-		// maybe still running. Leave them, and refuse unless told.
-		for i, c := range ms.admin {
-			found, err := findKeys(ctx, c, o.prefix, 1)
-			if err != nil {
-				return 1, fmt.Errorf("SCAN %s: %w", ms.opts[i].Addr, err)
-			}
-			if len(found) > 0 && !o.allowExisting {
-				return 2, fmt.Errorf("%s holds keys under %q (for example %q), from another run of the benchmark or another program: wait until they are gone, choose another -prefix, or pass -allow-existing-keys (they are left alone either way)", ms.opts[i].Addr, o.prefix, found[0])
-			}
-		}
-	}
 	runPrefix := o.prefix + runID + ":"
-
-	rep := &report{Meta: meta{
-		Date:       time.Now().UTC().Format("2006-01-02 15:04 UTC"),
-		CPU:        cpuModel(),
-		CPUs:       runtime.NumCPU(),
-		Memory:     memTotal(),
-		Kernel:     readTrim("/proc/sys/kernel/osrelease"),
-		LoadBefore: loadAvg(),
-		GoVersion:  runtime.Version(),
-		Own:        ms.owned,
-		Masters:    ms.info,
-		Prefix:     o.prefix,
-		Duration:   o.duration.String(),
-		Warmup:     o.warmup.String(),
-		Repeats:    o.repeats,
-		TTL:        o.ttl.String(),
-		PoolSize:   o.poolSize,
-		Hold:       o.hold.String(),
-		Smoke:      o.smoke,
-		Args:       redactArgs(os.Args[1:]),
-	}}
-	rep.Meta.Host, _ = os.Hostname()
+	rep := &report{Meta: newMeta(o, ms)}
 	for _, c := range cs {
 		rep.order = append(rep.order, c.Name)
 	}
@@ -427,6 +393,14 @@ func run(ctx context.Context, o options) (int, error) {
 		}
 		rep.Cells = append(rep.Cells, summarize(cl, ep.rttUs, rep.order, runs))
 	}
+	if o.smoke {
+		// The many-held-locks workload's tiny version: correctness only.
+		h, err := runHeldWorkload(ctx, o, ms, runPrefix+"held:")
+		rep.Held = h
+		if err != nil {
+			return 1, err
+		}
+	}
 	// Every key of the run is gone already (each run deletes its own); this
 	// catches what a contender left behind after its run's cleanup, if anything.
 	cleaned, err := sweep(ctx, append(slices.Clone(ms.admin), ms.extras.cadmin...), runPrefix)
@@ -459,9 +433,78 @@ func run(ctx context.Context, o options) (int, error) {
 			return 1, errors.New("smoke run failed")
 		}
 	} else if o.smoke {
-		fmt.Fprintln(logOut, "bench: smoke run passed: every contender completed cycles in every cell, no error (peers' aside), no refusal on fresh keys, no overlap, allocation targets met")
+		fmt.Fprintln(logOut, "bench: smoke run passed: every contender completed cycles in every cell, no error (peers' aside), no refusal on fresh keys, no overlap, allocation targets met; every held lock obtained, renewed and released, none lost, no key left")
 	}
 	return 0, nil
+}
+
+// openMasters starts n redis-servers, or connects to the user's masters
+// (-masters) and refuses, unless -allow-existing-keys, when keys under
+// -prefix are there; then describes them. On an error it returns the exit code.
+func openMasters(ctx context.Context, o options, n int) (*masterSet, int, error) {
+	var ms *masterSet
+	var err error
+	if o.masterSpecs != "" {
+		specs, err := masterlist.Split(o.masterSpecs)
+		if err != nil {
+			return nil, 2, fmt.Errorf("-masters: %w", err)
+		}
+		ms, err = externalMasters(specs)
+		if err != nil {
+			return nil, 2, err
+		}
+	} else {
+		ms, err = startMasters(n)
+		if err != nil {
+			return nil, 1, err
+		}
+	}
+	if err := ms.describe(ctx); err != nil {
+		ms.Close()
+		return nil, 1, err
+	}
+	if !ms.owned {
+		// Keys under the prefix that this run did not make: another run's,
+		// maybe still running. Leave them, and refuse unless told.
+		for i, c := range ms.admin {
+			found, err := findKeys(ctx, c, o.prefix, 1)
+			if err != nil {
+				ms.Close()
+				return nil, 1, fmt.Errorf("SCAN %s: %w", ms.opts[i].Addr, err)
+			}
+			if len(found) > 0 && !o.allowExisting {
+				ms.Close()
+				return nil, 2, fmt.Errorf("%s holds keys under %q (for example %q), from another run of the benchmark or another program: wait until they are gone, choose another -prefix, or pass -allow-existing-keys (they are left alone either way)", ms.opts[i].Addr, o.prefix, found[0])
+			}
+		}
+	}
+	return ms, 0, nil
+}
+
+// newMeta says where and how the run measures.
+func newMeta(o options, ms *masterSet) meta {
+	m := meta{
+		Date:       time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		CPU:        cpuModel(),
+		CPUs:       runtime.NumCPU(),
+		Memory:     memTotal(),
+		Kernel:     readTrim("/proc/sys/kernel/osrelease"),
+		LoadBefore: loadAvg(),
+		GoVersion:  runtime.Version(),
+		Own:        ms.owned,
+		Masters:    ms.info,
+		Prefix:     o.prefix,
+		Duration:   o.duration.String(),
+		Warmup:     o.warmup.String(),
+		Repeats:    o.repeats,
+		TTL:        o.ttl.String(),
+		PoolSize:   o.poolSize,
+		Hold:       o.hold.String(),
+		Smoke:      o.smoke,
+		Args:       redactArgs(os.Args[1:]),
+	}
+	m.Host, _ = os.Hostname()
+	return m
 }
 
 // cpuPerCycle is a run's Redis CPU per cycle in µs, or -1 without INFO.

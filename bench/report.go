@@ -14,6 +14,7 @@ type report struct {
 	Ceiling *ceiling     `json:"redis_benchmark,omitempty"`
 	Cells   []cellReport `json:"cells"`
 	Goals   []goalResult `json:"targets,omitempty"`
+	Held    *heldReport  `json:"held_locks,omitempty"` // the many-held-locks workload (-held, and -smoke's tiny one)
 	order   []string     // contenders in display order
 }
 
@@ -114,6 +115,9 @@ func fmtRatio(r float64) string {
 // writeMarkdown writes the report: what ran where, a reading of the
 // results, the chart, the tables.
 func writeMarkdown(w io.Writer, r *report) error {
+	if len(r.Cells) == 0 && r.Held != nil {
+		return writeHeldMarkdown(w, r)
+	}
 	var b strings.Builder
 	m := r.Meta
 	fmt.Fprintf(&b, "# redlock benchmark\n\n")
@@ -205,6 +209,7 @@ func writeMarkdown(w io.Writer, r *report) error {
 	if len(errs) > 0 {
 		b.WriteString("\n## Errors (first of each)\n\n" + strings.Join(errs, "\n") + "\n")
 	}
+	writeHeld(&b, r.Held)
 	b.WriteString("\n## The contenders\n\n| name | kind | what |\n| --- | --- | --- |\n")
 	for _, name := range r.order {
 		if s, ok := specOf(name); ok {
