@@ -284,18 +284,7 @@ type heldTarget struct {
 // the locks, counts what is left on the masters and deletes it.
 func runHeld(ctx context.Context, t heldTarget, ttl time.Duration, locks int, holdFor time.Duration, prefix string) (res *heldRun, err error) {
 	ep := t.ep
-	reset := func() error {
-		if t.flush {
-			for _, c := range ep.admin {
-				if err := c.FlushAll(ctx).Err(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		_, err := sweep(ctx, ep.admin, prefix)
-		return err
-	}
+	reset := func() error { return clearKeys(ctx, ep, t.flush, prefix) }
 	if err := reset(); err != nil {
 		return nil, err
 	}

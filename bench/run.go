@@ -84,18 +84,7 @@ const hangAfter = 30 * time.Second
 // (check), release. Every key it makes starts with prefix; it deletes them
 // (or flushes owned servers) before it returns.
 func runOne(ctx context.Context, ep *endpoints, spec contenderSpec, cl cell, cfg runConfig, prefix string) (res *runResult, err error) {
-	reset := func() error {
-		if cfg.Flush {
-			for _, c := range ep.admin {
-				if err := c.FlushAll(ctx).Err(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		_, err := sweep(ctx, ep.admin, prefix)
-		return err
-	}
+	reset := func() error { return clearKeys(ctx, ep, cfg.Flush, prefix) }
 	if err := reset(); err != nil {
 		return nil, err
 	}
@@ -307,4 +296,19 @@ func processCPU() float64 {
 	}
 	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+// clearKeys empties the masters for a run: FLUSHALL on servers the harness
+// owns (flush), else a sweep of the run's keys under prefix.
+func clearKeys(ctx context.Context, ep *endpoints, flush bool, prefix string) error {
+	if flush {
+		for _, c := range ep.admin {
+			if err := c.FlushAll(ctx).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	_, err := sweep(ctx, ep.admin, prefix)
+	return err
 }
