@@ -15,13 +15,16 @@ import (
 // A Client takes locks on a set of masters. Create it with [New] or
 // [NewSingle]; it is safe for concurrent use. Close it when done: it owns a
 // few goroutines per master that send requests, and requests still in
-// flight when a call returns finish in the background.
+// flight when a call returns finish in the background. It renews the locks
+// of all its watchdogs ([Client.Do], [Lock.KeepAlive]) from one timer, on
+// up to 16 goroutines of its own while renewals are due: a held lock costs
+// no goroutine.
 type Client struct {
 	nodes  []*node
 	quorum int
 	cfg    config
 	epoch  time.Time      // the monotonic origin of every Lock's validity
-	wg     sync.WaitGroup // the nodes' workers
+	wg     sync.WaitGroup // the nodes' workers and the renewer's (renewer.go)
 
 	closed   atomic.Bool
 	mu       sync.Mutex     // orders Do's entry against Close
@@ -35,8 +38,7 @@ type Client struct {
 	wake   *waker // made by the first wait (waiters.go); guarded by mu
 	turnID string // this Client's id in the masters' turn queues (internal/wake/turn.go)
 
-	resetMu sync.Mutex
-	resets  chan struct{} // closed at a master's connection reset (resets.go)
+	renew atomic.Pointer[renewer] // runs the watchdogs (renewer.go)
 
 	// Pools for the hot path; see round.go.
 	rounds, timers sync.Pool
@@ -248,6 +250,7 @@ func (c *Client) Close() error {
 	close(c.closing)
 	w := c.wake
 	c.mu.Unlock()
+	c.renewerOf().close()
 	c.dos.Wait()
 	if w != nil {
 		w.stop()

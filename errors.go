@@ -29,6 +29,10 @@ var (
 	//   - closed: [Client.Close] ended it; it matches [ErrClosed], and
 	//     neither ErrTaken nor ErrUnavailable.
 	//
+	// With [WithRenewalBacklogLimit], an Obtain the Client refuses while
+	// its renewals are late matches [ErrRenewalsLate], and neither
+	// ErrTaken nor ErrUnavailable; no master was asked.
+	//
 	// When the context or Close ends a wait between attempts ([WithRetry],
 	// [WithWait]), the error is the last decided attempt's (taken or
 	// unavailable), and also matches the context's cause or ErrClosed.
@@ -68,6 +72,13 @@ var (
 	// [ErrNotObtained], never [ErrUnavailable]).
 	ErrClosed = errors.New("redlock: client closed")
 
+	// ErrRenewalsLate is the outcome of an Obtain that a Client with
+	// [WithRenewalBacklogLimit] refused because its own watchdogs'
+	// renewals are late by more than the limit: the Client holds more
+	// locks than it renews in time. No master was asked; the error also
+	// matches [ErrNotObtained], and never [ErrTaken] or [ErrUnavailable].
+	ErrRenewalsLate = errors.New("redlock: renewals late")
+
 	// ErrInvalidArgument marks bad input (an empty key, a TTL too short to
 	// keep validity past one request to a master, a nil or duplicate
 	// master, ...). It never matches [ErrNotObtained].
@@ -88,6 +99,10 @@ var (
 // errNotAsked marks a master a gated round (fanoutGated) did not ask
 // because its first master refused.
 var errNotAsked = errors.New("redlock: not asked: the first master asked refused")
+
+// errRenewalsBehind marks every master of an Obtain refused for late
+// renewals (Client.renewalsLate).
+var errRenewalsBehind = errors.New("redlock: not asked: the Client's renewals are late")
 
 // unprefixed wraps an error of this package for use inside another's
 // message, without repeating "redlock: ".
@@ -199,6 +214,9 @@ func endedBy(ctx context.Context) error {
 func endedText(ended error) string {
 	if errors.Is(ended, ErrClosed) {
 		return "client closed"
+	}
+	if errors.Is(ended, ErrRenewalsLate) {
+		return strings.TrimPrefix(ended.Error(), "redlock: ")
 	}
 	return "ended by the caller: " + strings.TrimPrefix(ended.Error(), "redlock: ")
 }

@@ -58,12 +58,12 @@ type Lock struct {
 	// watchdog that then sees the validity at 0.
 	refusal atomic.Pointer[error]
 
-	// changed, once a watchdog watches the lock, is signalled whenever
-	// until changes, so that the watchdog follows a shorter validity.
-	changed atomic.Pointer[chan struct{}]
-	// renewing cancels the watchdog's renewal in flight, so that a Release
-	// need not wait for it.
-	renewing atomic.Pointer[context.CancelFunc]
+	// dog is the first of the watchdogs renewing the lock (the others
+	// follow it: watchdog.sibling), told whenever until changes so that they
+	// follow a shorter validity; guarded by the Client's renewer's mu.
+	// watched counts them.
+	dog     *watchdog
+	watched atomic.Int32
 }
 
 // lockFor takes l.mu for a call of the caller's, waiting no longer than
@@ -72,8 +72,8 @@ func (l *Lock) lockFor(ctx context.Context) error {
 	if l.mu.TryLock() {
 		return nil
 	}
-	if cancel := l.renewing.Load(); cancel != nil {
-		(*cancel)()
+	if l.watched.Load() > 0 {
+		l.c.renewerOf().cut(l) // a renewal in flight gives way
 	}
 	t := time.NewTimer(time.Millisecond)
 	defer t.Stop()
@@ -93,15 +93,30 @@ func (l *Lock) lockFor(ctx context.Context) error {
 // succeeds: a Release sets releasing before it clears until, and setUntil
 // stores before it looks at releasing, so one of the two stores 0 last.
 func (l *Lock) setUntil(until int64) {
+	l.storeUntil(until)
+	if l.watched.Load() > 0 {
+		l.c.renewerOf().changed(l)
+	}
+}
+
+// setUntilBy is setUntil for the Extend x: a watchdog's own renewal is no
+// news to itself, only to another watchdog of the lock; a watchdog told of
+// its own failed renewal would take the validity it left as the caller's
+// change, and renew first rather than tell its work at the margin
+// (TestWorkIsToldTheMarginBeforeTheValidityEnds).
+func (l *Lock) setUntilBy(x *extension, until int64) {
+	if !x.by.IsZero() && l.watched.Load() == 1 {
+		l.storeUntil(until)
+		return
+	}
+	l.setUntil(until)
+}
+
+// storeUntil is setUntil telling no watchdog.
+func (l *Lock) storeUntil(until int64) {
 	l.until.Store(until)
 	if until != 0 && l.releasing.Load() {
 		l.until.Store(0)
-	}
-	if ch := l.changed.Load(); ch != nil {
-		select {
-		case *ch <- struct{}{}:
-		default:
-		}
 	}
 }
 
@@ -139,11 +154,16 @@ func (l *Lock) Validity() time.Duration {
 	if l == nil {
 		return 0 // a failed Obtain's: nothing is held (TestNilLockMethodsReturnAnError)
 	}
+	return l.validityAt(time.Now())
+}
+
+// validityAt is the validity left at now.
+func (l *Lock) validityAt(now time.Time) time.Duration {
 	until := l.until.Load()
 	if until == 0 {
 		return 0
 	}
-	return max(0, time.Duration(until)-time.Since(l.c.epoch))
+	return max(0, time.Duration(until)-now.Sub(l.c.epoch))
 }
 
 // Extend makes the lock's key last at least ttl more on every master where
@@ -195,60 +215,118 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	defer l.mu.Unlock()
-	return l.extendLocked(ctx, ttl, false)
+	return l.extendLocked(ctx, ttl, time.Time{})
 }
 
-// extendLocked is Extend after validation, with l.mu held; the watchdog
-// calls it (renewal set) while the client closes.
-func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, renewal bool) error {
-	if l.c.cfg.obs == nil {
-		return l.extendQuorum(ctx, ttl, nil)
+// extendLocked is Extend after validation, with l.mu held. A watchdog's
+// renewal gives by, the time the renewal may not outlast: its masters that
+// have not answered by then count as failed.
+func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, by time.Time) error {
+	var x extension
+	l.sendExtend(ctx, time.Now(), ttl, by, true, &x)
+	return l.readExtend(ctx, &x)
+}
+
+// An extension is an Extend in flight, between sendExtend and readExtend,
+// with l.mu held throughout: a watchdog's renewals are sent in batches and
+// read after (renewer.go), the caller's at once.
+type extension struct {
+	ttl, timeout  time.Duration
+	by, start, dl time.Time     // dl: the round's deadline
+	until         time.Duration // the validity's end when it began, since the epoch
+	before        time.Duration // the validity then, for the Observer
+	rd            *round
+	pending       int   // rd's masters not read yet (pollExtend)
+	polled        bool  // pollExtend read rd to its outcome
+	err           error // set when nothing was sent: the outcome
+}
+
+// sendExtend begins an Extend of l at start for ttl, by by if that is set,
+// into x:
+// it sends the requests, on the caller's goroutine when the master's lane
+// is idle with inline (see fanoutGated), else to the lanes' workers.
+func (l *Lock) sendExtend(ctx context.Context, start time.Time, ttl time.Duration, by time.Time, inline bool, x *extension) {
+	c := l.c
+	*x = extension{ttl: ttl, by: by, start: start, until: time.Duration(l.until.Load())}
+	if c.cfg.obs != nil {
+		x.before = l.validityAt(start)
 	}
-	start, before := time.Now(), l.Validity()
+	end := c.epoch.Add(x.until) // the validity's end, on the monotonic clock
+	if x.until == 0 || !x.start.Before(end) {
+		l.setUntilBy(x, 0)
+		if l.releasing.Load() {
+			x.err = errExtendAfterRelease // (TestExtendAfterReleaseSaysReleased)
+			return
+		}
+		x.err = fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
+		return
+	}
+	if ctx.Err() != nil { // nothing to ask the masters for a caller gone
+		x.err = c.unanswered("extend", nil, endedBy(ctx), nil)
+		return
+	}
+	x.timeout = c.cfg.timeout(ttl)
+	// Both bounds on start's wall clock reading: the masters compare them
+	// with theirs (extend.lua).
+	left := end.Sub(x.start)
+	x.dl = x.start.Add(min(x.timeout, left))
+	if !by.IsZero() && by.Before(x.dl) {
+		x.dl, x.timeout = by, by.Sub(x.start)
+	}
+	o := wire.Extend(l.target, c.boxTTL(ttl), l.fence, wire.Bounds{
+		RetakeBy: capDeadline(ctx, x.dl).UnixMilli(),
+		ValidBy:  x.start.Add(left).UnixMilli(),
+		Halt:     &l.releasing, // a Release that begins meanwhile: not sent
+	})
+	x.rd, x.pending = c.sendAll(ctx, o, x.dl, inline), len(c.nodes)
+}
+
+// pollExtend reads the answers to x that have arrived, without waiting,
+// and reports whether its outcome is decided, its deadline counted from
+// now: then readExtend returns at once.
+func (l *Lock) pollExtend(ctx context.Context, x *extension, now time.Time) bool {
+	if x.rd == nil || x.polled {
+		return true
+	}
+	x.polled = l.c.poll(ctx, x.rd, &x.pending, x.dl, x.timeout, now)
+	return x.polled
+}
+
+// readExtend ends the Extend x: it reads the masters' answers, sets the
+// validity, tells the Observer, and returns the outcome.
+func (l *Lock) readExtend(ctx context.Context, x *extension) error {
+	c := l.c
+	err := x.err
 	var answers []NodeError
-	err := l.extendQuorum(ctx, ttl, &answers)
-	l.c.observe(ctx, &ExtendEvent{Key: l.key, Renewal: renewal, Latency: time.Since(start), Outcome: outcome(ctx, err, Extended),
-		Before: before, After: l.Validity(), Masters: answers, Err: err})
+	if x.rd != nil {
+		if !x.polled {
+			c.readAll(ctx, x.rd, x.dl, x.timeout)
+		} else if c.cfg.obs != nil {
+			c.health(ctx, x.rd)
+		}
+		err = l.extended(x)
+		if c.cfg.obs != nil {
+			answers = slices.Clone(x.rd.nodes)
+		}
+		x.rd.done()
+		x.rd = nil
+	}
+	if c.cfg.obs != nil {
+		c.observe(ctx, &ExtendEvent{Key: l.key, Renewal: !x.by.IsZero(), Latency: time.Since(x.start), Outcome: outcome(ctx, err, Extended),
+			Before: x.before, After: l.Validity(), Masters: answers, Err: err})
+	}
 	return err
 }
 
-// extendQuorum asks the masters; with answers set, it leaves their answers
-// there.
-func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]NodeError) error {
-	c := l.c
-	start := time.Now()
-	until := time.Duration(l.until.Load())
-	end := c.epoch.Add(until) // the validity's end, on the monotonic clock
-	if until == 0 || !start.Before(end) {
-		l.setUntil(0)
-		if l.releasing.Load() {
-			return errExtendAfterRelease // (TestExtendAfterReleaseSaysReleased)
-		}
-		return fmt.Errorf("%w: validity ran out before Extend", ErrLockLost)
-	}
-	if ctx.Err() != nil { // nothing to ask the masters for a caller gone
-		return c.unanswered("extend", nil, endedBy(ctx), nil)
-	}
-	timeout := c.cfg.timeout(ttl)
-	// Both bounds on start's wall clock reading: the masters compare them
-	// with theirs (extend.lua).
-	left := end.Sub(start)
-	deadline := start.Add(min(timeout, left))
-	o := wire.Extend(l.target, c.boxTTL(ttl), l.fence, wire.Bounds{
-		RetakeBy: capDeadline(ctx, deadline).UnixMilli(),
-		ValidBy:  start.Add(left).UnixMilli(),
-		Halt:     &l.releasing, // a Release that begins meanwhile: not sent
-	})
-	rd := c.fanout(ctx, o, deadline, timeout)
-	defer rd.done()
-	if answers != nil {
-		defer func() { *answers = slices.Clone(rd.nodes) }()
-	}
-	valid := ttl - c.cfg.drift(ttl)
+// extended sets the validity from the answers of x's masters and returns
+// the Extend's outcome.
+func (l *Lock) extended(x *extension) error {
+	c, rd, start := l.c, x.rd, x.start
+	valid := x.ttl - c.cfg.drift(x.ttl)
 	ok := rd.ok >= c.quorum && time.Since(start) < valid
 	if ok {
-		l.setUntil(int64(start.Add(valid).Sub(c.epoch)))
-		l.ttl.Store(int64(ttl))
+		l.setUntilBy(x, int64(start.Add(valid).Sub(c.epoch)))
+		l.ttl.Store(int64(x.ttl))
 	}
 	if l.releasing.Load() {
 		// Its requests not sent yet were dropped (wire.Bounds.Halt); the validity
@@ -261,20 +339,20 @@ func (l *Lock) extendQuorum(ctx context.Context, ttl time.Duration, answers *[]N
 	if rd.refused > len(c.nodes)-c.quorum {
 		err := error(c.quorumError("extend", rd, ErrLockLost))
 		l.refusal.Store(&err)
-		l.setUntil(0)
+		l.setUntilBy(x, 0)
 		return err
 	}
 	// Not extended. The masters it reached, or may still reach, now hold
 	// the key until ttl after they ran it, no sooner than start + ttl; the
 	// others until the old validity's end.
-	until = min(until, start.Add(valid).Sub(c.epoch))
+	until := min(x.until, start.Add(valid).Sub(c.epoch))
 	if until <= time.Since(c.epoch) {
-		l.setUntil(0)
+		l.setUntilBy(x, 0)
 		qe := c.quorumError("extend", rd, ErrLockLost)
 		qe.why = "the validity ran out before a quorum confirmed"
 		return qe
 	}
-	l.setUntil(int64(until))
+	l.setUntilBy(x, int64(until))
 	return c.quorumError("extend", rd, nil)
 }
 

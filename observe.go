@@ -10,17 +10,19 @@ import (
 )
 
 // An Observer hears about the life of every lock of a Client: each Obtain,
-// Extend and renewal, Release, lost lock, and each master that starts or
-// stops answering. Set one with [WithObserver]; without one the library
+// Extend and renewal, Release, lost lock, each master that starts or
+// stops answering, and renewals that fall behind. Set one with [WithObserver]; without one the library
 // pays nothing for it. The package provides [SlogObserver]; the module
 // github.com/redlock-go/redlock/redlockotel provides OpenTelemetry metrics
 // and spans.
 //
 // Observe is called synchronously, on the goroutine of the call that the
-// event reports (the caller's, or a watchdog's), after the operation, with
-// the caller's context (its values: a span to be the parent). It must be
-// quick and must not block: a slow Observe slows the lock calls, and a
-// watchdog's renewals. A panic in Observe is recovered and the event
+// event reports (the caller's, or for a renewal one of the few the Client
+// runs every watchdog's renewals on), after the operation, with the
+// caller's context (its values: a span to be the parent). It must be
+// quick and must not block: a slow Observe slows the lock calls, and the
+// renewals of every lock of the Client; while it holds up a renewal of a
+// lock, the caller's Extend or Release of that lock waits too. A panic in Observe is recovered and the event
 // dropped. Events are values the Observer may keep, unless it is a
 // [TransientObserver] that says it keeps none: its Obtain and Release
 // events are then reused.
@@ -32,7 +34,7 @@ type Observer interface {
 }
 
 // An Event is one of [*ObtainEvent], [*ExtendEvent], [*ReleaseEvent],
-// [*LostEvent] and [*MasterEvent]; more may come.
+// [*LostEvent], [*MasterEvent] and [*BacklogEvent]; more may come.
 type Event interface{ event() }
 
 // An Outcome is how a lock operation ended, as a label for metrics.
@@ -47,6 +49,8 @@ const (
 	Unavailable Outcome = "unavailable" // too few masters answered (ErrUnavailable)
 	Lost        Outcome = "lost"        // Extend, renewal or Release: the lock was no longer ours (ErrLockLost)
 	Cancelled   Outcome = "cancelled"   // the caller's context ended, or the Client closed, first
+	// Obtain: refused by the Client, its renewals late (ErrRenewalsLate)
+	RenewalsLate Outcome = "renewals_late"
 )
 
 // A LostReason says why a watchdog gave a lock up, as a label for metrics.
@@ -65,7 +69,7 @@ type ObtainEvent struct {
 	Key      string        // as the caller named it
 	Attempts int           // attempts made, the first included
 	Wait     time.Duration // from the call until it returned
-	Outcome  Outcome       // Obtained, Taken, Unavailable or Cancelled
+	Outcome  Outcome       // Obtained, Taken, Unavailable, Cancelled or RenewalsLate
 	Fence    int64         // the lock's fence, with fencing
 	Masters  []NodeError   // the last attempt's answer of each master (Err nil: granted)
 	Err      error         // what Obtain returned
@@ -105,6 +109,21 @@ type LostEvent struct {
 	SinceRenewal time.Duration // since the last good renewal (or the Obtain)
 }
 
+// A BacklogEvent reports that the Client's renewals fell behind (Behind
+// true: a renewal due waited more than 100ms for its turn, as when the
+// Client holds more locks than the machine can renew, or every worker
+// waits on masters that do not answer), and then that they caught up
+// (Behind false: no renewal due is waiting). While
+// behind, the Client renews its locks in the order their validity ends,
+// and gives up those whose validity comes down to the cancel margin before
+// their turn (a [LostEvent] each, the cause matching [ErrLockExpiring]);
+// with [WithRenewalBacklogLimit], its Obtains fail fast meanwhile.
+type BacklogEvent struct {
+	Behind bool
+	Due    int           // renewals due and waiting, about, when it fell behind
+	Late   time.Duration // how late the renewal that told it was
+}
+
 // A MasterEvent reports that a master stopped answering (Up false: a
 // request timed out or failed on the network, or the master answered that
 // it runs nothing for now, BUSY or LOADING; Err says how) or answers again
@@ -121,6 +140,7 @@ func (*ExtendEvent) event()  {}
 func (*ReleaseEvent) event() {}
 func (*LostEvent) event()    {}
 func (*MasterEvent) event()  {}
+func (*BacklogEvent) event() {}
 
 // A TransientObserver is an Observer that keeps nothing of an event once
 // its Observe returns: neither the event nor a slice it holds (Masters).
@@ -244,6 +264,8 @@ func outcome(ctx context.Context, err error, ok Outcome) Outcome {
 		return Lost
 	case errors.Is(err, ErrTaken):
 		return Taken
+	case errors.Is(err, ErrRenewalsLate):
+		return RenewalsLate
 	case ctx.Err() != nil || errors.Is(err, ErrClosed):
 		return Cancelled
 	default:

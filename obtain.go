@@ -80,6 +80,9 @@ func (c *Client) obtain(ctx context.Context, key string, ttl time.Duration, oc o
 // made, and, with an Observer, the event to fill, with the winning
 // attempt's answers.
 func (c *Client) obtainLoop(ctx context.Context, key string, ttl time.Duration, oc obtainConfig) (_ *Lock, n int, _ *obtainRec, _ error) {
+	if err := c.renewalsLate(); err != nil {
+		return nil, 0, nil, err
+	}
 	if oc.wait {
 		return c.obtainWait(ctx, key, ttl, oc.tokenTail)
 	}

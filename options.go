@@ -43,6 +43,9 @@ type config struct {
 	acks    int
 	ackWait time.Duration
 	acksSet bool
+	// backlog is WithRenewalBacklogLimit's limit; 0 without.
+	backlog    time.Duration
+	backlogSet bool
 	// anyClient lets New take masters whose clients it would refuse
 	// (checkClientOptions): a test's setting, export_test.go.
 	anyClient bool
@@ -62,6 +65,9 @@ func (c *config) check() error {
 	}
 	if c.obsSet && c.obs == nil {
 		return invalid("nil observer")
+	}
+	if c.backlogSet && c.backlog <= 0 {
+		return invalid("renewal backlog limit must be > 0, got %v (leave the option out for none)", c.backlog)
 	}
 	if c.acksSet {
 		if c.acks < 1 {
@@ -163,6 +169,25 @@ func (d nodeTimeout) apply(c *config) { c.nodeTimeout = positive(time.Duration(d
 // Every call that takes a TTL refuses a shorter one (ErrInvalidArgument,
 // with the least TTL that works): its grants could not arrive in time.
 func WithNodeTimeout(d time.Duration) Option { return nodeTimeout(d) }
+
+type renewalBacklogLimit time.Duration
+
+func (d renewalBacklogLimit) apply(c *config) { c.backlog, c.backlogSet = time.Duration(d), true }
+
+// WithRenewalBacklogLimit bounds how far behind the Client's watchdogs may
+// fall before it takes no more locks: while the renewal a watchdog last
+// began was due more than d before, Obtain (and Do, DoMulti) fails at
+// once, without asking the masters, with an error matching
+// [ErrRenewalsLate] and [ErrNotObtained], and never [ErrUnavailable]: the
+// masters are not at fault, the Client is overloaded (more locks held
+// than its CPU renews in time). A new lock would only add renewals it
+// cannot make, and each late renewal brings its lock nearer to being given
+// up ([ErrLockExpiring]). Without the option Obtain never looks. d must be
+// > 0; a fraction of the cancel margin of the shortest TTL held, such as
+// 100ms, tells the overload before any lock is given up. A
+// [BacklogEvent] tells an Observer when renewals fall behind and catch up,
+// with or without it.
+func WithRenewalBacklogLimit(d time.Duration) Option { return renewalBacklogLimit(d) }
 
 type fencing struct{}
 

@@ -62,44 +62,35 @@ import "time"
 // reset signal.
 const resetGap = 50 * time.Millisecond
 
-// resetSignal returns the channel closed at the next reset of a master's
-// connection.
-func (c *Client) resetSignal() <-chan struct{} {
-	c.resetMu.Lock()
-	defer c.resetMu.Unlock()
-	if c.resets == nil {
-		c.resets = make(chan struct{})
-	}
-	return c.resets
-}
-
 // masterReset tells every watchdog that a master's connection came back
 // after it broke.
 func (c *Client) masterReset() {
-	c.resetMu.Lock()
-	defer c.resetMu.Unlock()
-	if c.resets != nil {
-		close(c.resets)
-		c.resets = nil
+	if r := c.renew.Load(); r != nil {
+		r.resetAll()
 	}
 }
 
 // hold keeps this Client subscribed to the wake channel of the key full on
 // every master but the Redis Clusters while a watchdog runs, and returns
-// the call that ends that use; it does nothing once the Client is closing.
-// A Cluster master announces on each key's own channel: a subscription per
-// lock held would be a connection per lock.
-func (c *Client) hold(full string) (drop func()) {
+// the waker to give to unhold when that use ends; nil when it does nothing
+// (once the Client is closing). A Cluster master announces on each key's
+// own channel: a subscription per lock held would be a connection per
+// lock.
+func (c *Client) hold(full string) *waker {
 	masters := c.all() &^ c.shardedMask
 	if masters == 0 {
-		return func() {}
+		return nil
 	}
 	w := c.wakerFor()
-	if w == nil {
-		return func() {}
+	if w == nil || !w.subs.Take(full, masters) {
+		return nil
 	}
-	if !w.subs.Take(full, masters) {
-		return func() {}
+	return w
+}
+
+// unhold ends a use of hold's, which returned w.
+func (c *Client) unhold(w *waker, full string) {
+	if w != nil {
+		w.subs.Drop(full, c.all()&^c.shardedMask)
 	}
-	return func() { w.subs.Drop(full, masters) }
 }

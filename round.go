@@ -188,33 +188,15 @@ func (c *Client) fanout(ctx context.Context, o wire.Op, deadline time.Time, time
 // ask every master at once split the masters between them and nobody gets
 // a quorum. Waiters woken by the same release use it (wait.go).
 func (c *Client) fanoutGated(ctx context.Context, o wire.Op, deadline time.Time, timeout time.Duration, gate int) *round {
-	rd := c.round()
-	// Read here, not derived from a deadline: a caller's deadline caps
-	// o.Deadline, and an Extend's is the validity's end, either of which
-	// would put since before the requests went out and blame a failure of
-	// an earlier round (TestAnEarlierRefusalIsNotBlamedOnACallersShortDeadline).
-	rd.since = time.Now()
-	o.Deadline = capDeadline(ctx, deadline)
-	if o.Kind() != wire.KindRelease { // a Release goes out even when the caller gives up
-		o.Done = ctx.Done()
+	if gate < 0 {
+		rd := c.sendAll(ctx, o, deadline, true)
+		c.readAll(ctx, rd, deadline, timeout)
+		return rd
 	}
-	// On a single master whose client bounds reads by the deadline, the
-	// request goes out on the caller's goroutine when the lane is idle, a
-	// cancellable ctx too: a cancellation before it is sent drops it, and
-	// one during its round trip is seen when the master answers or the
-	// deadline (the node timeout at most) ends the read, as with a plain
-	// go-redis call. Handing it to the lane's worker instead would cost
-	// two goroutine wake-ups per round trip on every call made with a
-	// request's context, to return sooner only from a master that stalls.
-	o.Inline = true
-	o.Vals = ctx
-	pending := len(c.nodes)
-	if gate >= 0 {
-		c.send(gate, &o, rd)
-		c.collect(ctx, rd, 1, o.Deadline, timeout, false)
-		pending--
-	}
-	if gate >= 0 && rd.nodes[gate].Err == ErrTaken {
+	rd := c.open(ctx, &o, deadline, true)
+	c.send(gate, &o, rd)
+	c.collect(ctx, rd, 1, o.Deadline, timeout, false)
+	if rd.nodes[gate].Err == ErrTaken {
 		for i := range rd.nodes {
 			if i != gate {
 				rd.nodes[i].Err = errNotAsked
@@ -226,12 +208,63 @@ func (c *Client) fanoutGated(ctx context.Context, o wire.Op, deadline time.Time,
 				c.send(i, &o, rd)
 			}
 		}
-		c.collect(ctx, rd, pending, o.Deadline, timeout, true)
+		c.collect(ctx, rd, len(c.nodes)-1, o.Deadline, timeout, true)
 	}
 	if c.cfg.obs != nil {
 		c.health(ctx, rd)
 	}
 	return rd
+}
+
+// open takes a round for o and sets o's deadline (capped at ctx's) and
+// context.
+func (c *Client) open(ctx context.Context, o *wire.Op, deadline time.Time, inline bool) *round {
+	rd := c.round()
+	// Read here, not derived from a deadline: a caller's deadline caps
+	// o.Deadline, and an Extend's is the validity's end, either of which
+	// would put since before the requests went out and blame a failure of
+	// an earlier round (TestAnEarlierRefusalIsNotBlamedOnACallersShortDeadline).
+	rd.since = time.Now()
+	o.Deadline = capDeadline(ctx, deadline)
+	if o.Kind() != wire.KindRelease { // a Release goes out even when the caller gives up
+		o.Done = ctx.Done()
+	}
+	// With inline, on a single master whose client bounds reads by the
+	// deadline, the request goes out on the caller's goroutine when the
+	// lane is idle, a cancellable ctx too: a cancellation before it is
+	// sent drops it, and one during its round trip is seen when the master
+	// answers or the deadline (the node timeout at most) ends the read, as
+	// with a plain go-redis call. Handing it to the lane's worker instead
+	// would cost two goroutine wake-ups per round trip on every call made
+	// with a request's context, to return sooner only from a master that
+	// stalls. Without inline, the lane's worker sends it: for a caller
+	// that sends many rounds before it reads any (the renewer's batches),
+	// so that they leave in one batch per master.
+	o.Inline = inline
+	o.Vals = ctx
+	if rc, ok := ctx.(*renewCtx); ok {
+		o.Vals = rc.values // a straggler's request outlives the worker's use of rc
+	}
+	return rd
+}
+
+// sendAll sends o to every master at once, for readAll to read the
+// answers.
+func (c *Client) sendAll(ctx context.Context, o wire.Op, deadline time.Time, inline bool) *round {
+	rd := c.open(ctx, &o, deadline, inline)
+	for i := range c.nodes {
+		c.send(i, &o, rd)
+	}
+	return rd
+}
+
+// readAll reads the answers to sendAll's round rd until the outcome is
+// decided, as fanout does.
+func (c *Client) readAll(ctx context.Context, rd *round, deadline time.Time, timeout time.Duration) {
+	c.collect(ctx, rd, len(c.nodes), capDeadline(ctx, deadline), timeout, true)
+	if c.cfg.obs != nil {
+		c.health(ctx, rd)
+	}
 }
 
 // capDeadline returns the earlier of deadline and ctx's deadline.
@@ -247,7 +280,6 @@ func capDeadline(ctx context.Context, deadline time.Time) time.Time {
 // the masters are unavailable), or at the deadline, or when ctx ends; the
 // masters still silent then get an error saying so.
 func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline time.Time, timeout time.Duration, decided bool) {
-	n, q := len(c.nodes), c.quorum
 	if rd.since.IsZero() {
 		// About when its requests went out, for a round fanoutGated did
 		// not send (see quorumError); never later than that.
@@ -261,10 +293,7 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 		}
 	}()
 	for ; pending > 0; pending-- {
-		// Decided: a quorum agreed; or other owners' refusals alone rule
-		// one out (the lock is taken); or failures rule one out and the
-		// masters still silent could not make it "taken" any more.
-		if decided && (rd.ok >= q || rd.refused > n-q || (rd.refused+rd.failed > n-q && rd.refused+pending <= n-q)) {
+		if decided && c.decided(rd, pending) {
 			return
 		}
 		var r reply
@@ -292,21 +321,66 @@ func (c *Client) collect(ctx context.Context, rd *round, pending int, deadline t
 				return
 			}
 		}
-		switch {
-		case r.err == errSkipped: // dropped because ctx ended: say why
-			r.err = fmt.Errorf("%w (%w)", errNoReply, context.Cause(ctx))
-			rd.endedBy(ctx)
-		case r.err != nil && rd.ended == nil && errors.Is(r.err, context.DeadlineExceeded): // a socket timeout too (replyErr)
-			// A master's timeout at the caller's own deadline (shorter than
-			// the node timeout) is the caller's doing, not the master's
-			// (TestCallerDeadlineShorterThanTheNodeTimeoutIsTheCallers).
-			if d, ok := ctx.Deadline(); ok && !d.After(deadline) && !time.Now().Before(d) {
-				<-ctx.Done() // the caller's deadline has passed: its own timer fires now
-				rd.endedBy(ctx)
-			}
-		}
-		rd.record(r)
+		c.take(ctx, rd, r, deadline)
 	}
+}
+
+// decided reports whether rd's outcome is known with pending masters not
+// read yet: a quorum agreed; or other owners' refusals alone rule one out
+// (the lock is taken); or failures rule one out and the masters still
+// silent could not make it "taken" any more.
+func (c *Client) decided(rd *round, pending int) bool {
+	n, q := len(c.nodes), c.quorum
+	return rd.ok >= q || rd.refused > n-q || (rd.refused+rd.failed > n-q && rd.refused+pending <= n-q)
+}
+
+// take records the reply r in rd.
+func (c *Client) take(ctx context.Context, rd *round, r reply, deadline time.Time) {
+	switch {
+	case r.err == errSkipped: // dropped because ctx ended: say why
+		r.err = fmt.Errorf("%w (%w)", errNoReply, context.Cause(ctx))
+		rd.endedBy(ctx)
+	case r.err != nil && rd.ended == nil && errors.Is(r.err, context.DeadlineExceeded): // a socket timeout too (replyErr)
+		// A master's timeout at the caller's own deadline (shorter than
+		// the node timeout) is the caller's doing, not the master's
+		// (TestCallerDeadlineShorterThanTheNodeTimeoutIsTheCallers).
+		if d, ok := ctx.Deadline(); ok && !d.After(deadline) && !time.Now().Before(d) {
+			<-ctx.Done() // the caller's deadline has passed: its own timer fires now
+			rd.endedBy(ctx)
+		}
+	}
+	rd.record(r)
+}
+
+// poll is collect (decided set) that never waits, for a worker of the
+// renewer reading the rounds of a batch of renewals as their answers come
+// (renewer.go): it reads the replies that have arrived, and reports
+// whether rd's outcome is decided, by them, by ctx's end (ctx has no
+// deadline: a renewCtx), or by the deadline having passed at now.
+// *pending counts the masters not read yet.
+func (c *Client) poll(ctx context.Context, rd *round, pending *int, deadline time.Time, timeout time.Duration, now time.Time) bool {
+	for ; *pending > 0; *pending-- {
+		if c.decided(rd, *pending) {
+			return true
+		}
+		select {
+		case r := <-rd.replies:
+			c.take(ctx, rd, r, deadline)
+			continue
+		default:
+		}
+		switch {
+		case ctx.Err() != nil:
+			rd.endedBy(ctx)
+			rd.expire(context.Cause(ctx))
+		case !now.Before(deadline):
+			rd.expire(fmt.Errorf("timed out after %v: %w", timeout, context.DeadlineExceeded))
+		default:
+			return false
+		}
+		return true
+	}
+	return true
 }
 
 // record counts r in rd's outcome.

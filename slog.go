@@ -81,6 +81,12 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 		}
 		o.l.LogAttrs(ctx, slog.LevelWarn, "redlock: lock lost", slog.String("key", e.Key), slog.String("reason", string(e.Reason)),
 			slog.Duration("held", e.Held), slog.Duration("since_renewal", e.SinceRenewal), masters, answers, cause)
+	case *BacklogEvent:
+		if e.Behind {
+			o.l.LogAttrs(ctx, slog.LevelWarn, "redlock: renewals behind", slog.Int("due", e.Due), slog.Duration("late", e.Late))
+		} else {
+			o.l.LogAttrs(ctx, slog.LevelInfo, "redlock: renewals caught up")
+		}
 	case *MasterEvent:
 		if e.Up {
 			o.l.LogAttrs(ctx, slog.LevelInfo, "redlock: master answers again", slog.String("master", e.Addr))

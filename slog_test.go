@@ -144,3 +144,26 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestSlogTellsABacklogAndItsEnd: a backlog of renewals is a Warn record
+// with how many were due and how late; its end an Info record.
+func TestSlogTellsABacklogAndItsEnd(t *testing.T) {
+	h := &capture{}
+	o := redlock.SlogObserver(slog.New(h))
+	o.Observe(context.Background(), &redlock.BacklogEvent{Behind: true, Due: 120, Late: 150 * time.Millisecond})
+	o.Observe(context.Background(), &redlock.BacklogEvent{})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.records) != 2 {
+		t.Fatalf("%d records, want 2", len(h.records))
+	}
+	behind, caught := h.records[0], h.records[1]
+	attrs := map[string]string{}
+	behind.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+	if behind.Level != slog.LevelWarn || behind.Message != "redlock: renewals behind" || attrs["due"] != "120" || attrs["late"] != "150ms" {
+		t.Errorf("behind: %v %q %v", behind.Level, behind.Message, attrs)
+	}
+	if caught.Level != slog.LevelInfo || caught.Message != "redlock: renewals caught up" {
+		t.Errorf("caught up: %v %q", caught.Level, caught.Message)
+	}
+}

@@ -205,7 +205,7 @@ func TestRunHeld(t *testing.T) {
 	if p := heldProblems(&heldReport{Runs: []*heldRun{r}}); len(p) > 0 {
 		t.Errorf("a small run: %v (%+v)", p, r)
 	}
-	if r.Masters != 3 || r.NeededPerSec < 179 || r.NeededPerSec > 181 || r.Renewals["extended"] == 0 || r.GoroutinesPerLock < 0.5 || r.HeapPerLock <= 0 {
+	if r.Masters != 3 || r.NeededPerSec < 179 || r.NeededPerSec > 181 || r.Renewals["extended"] == 0 || r.GoroutinesPerLock > 0.5 || r.HeapPerLock <= 0 { // no goroutine per held lock
 		t.Errorf("figures: %+v", r)
 	}
 

@@ -64,7 +64,7 @@ func main() {
 	flag.IntVar(&o.poolSize, "pool-size", 0, "go-redis PoolSize of every contender's clients (0: go-redis default, 10 per GOMAXPROCS)")
 	flag.IntVar(&o.rbRequests, "rb-requests", 0, "requests per redis-benchmark command (default: 300k per second of -duration, at least 100k)")
 	flag.BoolVar(&o.noCeiling, "no-redis-benchmark", false, "skip the redis-benchmark ceiling")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (narrow it with -cells and -contenders)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (narrow it with -cells and -contenders; with -held, of its runs)")
 	flag.DurationVar(&o.hold, "hold", -1, "in contended cells, how long a holder keeps the lock, so overlaps can be seen (default 0, or 100µs with -smoke)")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile (pprof allocs, sampled) of the whole run to this file")
 	flag.StringVar(&o.masterSpecs, "masters", "", "comma-separated masters to run against instead of starting redis-servers: host:port, redis://[user:password@]host:port[/db] or rediss://...; N runs over the first N of them")
@@ -225,29 +225,6 @@ func matrix(o options) ([]cell, error) {
 var logOut io.Writer = os.Stderr
 
 func run(ctx context.Context, o options) (int, error) {
-	if o.held {
-		return runHeldOnly(ctx, o)
-	}
-	cells, err := matrix(o)
-	if err != nil {
-		return 2, err
-	}
-	re, err := regexp.Compile(o.contenders)
-	if err != nil {
-		return 2, fmt.Errorf("-contenders: %w", err)
-	}
-	var cs []contenderSpec
-	for _, c := range contenders {
-		if re.MatchString(c.Name) {
-			cs = append(cs, c)
-		}
-	}
-	if len(cs) == 0 {
-		return 2, fmt.Errorf("-contenders %q matches no contender", o.contenders)
-	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return 1, err
-	}
 	if o.cpuprofile != "" {
 		f, err := os.Create(o.cpuprofile)
 		if err != nil {
@@ -271,6 +248,29 @@ func run(ctx context.Context, o options) (int, error) {
 				fmt.Fprintln(os.Stderr, "bench: -memprofile:", err)
 			}
 		}()
+	}
+	if o.held {
+		return runHeldOnly(ctx, o)
+	}
+	cells, err := matrix(o)
+	if err != nil {
+		return 2, err
+	}
+	re, err := regexp.Compile(o.contenders)
+	if err != nil {
+		return 2, fmt.Errorf("-contenders: %w", err)
+	}
+	var cs []contenderSpec
+	for _, c := range contenders {
+		if re.MatchString(c.Name) {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return 2, fmt.Errorf("-contenders %q matches no contender", o.contenders)
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return 1, err
 	}
 
 	maxN := 0

@@ -1,0 +1,171 @@
+package redlock
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// The renewer's workers (renewer.go) and the context of a renewal.
+
+// work runs the turns of ready watchdogs, a batch at a time, until none
+// is ready: it begins the turns of up to renewBatch of them (sending their
+// renewals), then completes each as its answers come, its renewal is cut,
+// or its deadline passes, whichever is first: one renewal that hangs holds
+// up no other's.
+func (r *renewer) work() {
+	defer r.c.wg.Done()
+	ws := r.spare.Get().(*workerState)
+	defer r.spare.Put(ws)
+	batch, pend, wake, timer := ws.batch[:0], ws.pend[:0], ws.wake, ws.timer
+	r.mu.Lock()
+	for {
+		var late time.Duration
+		for len(batch) < renewBatch {
+			e, ok := r.ready.first()
+			if !ok {
+				r.promote(int64(time.Since(r.c.epoch)))
+				if e, ok = r.ready.first(); !ok {
+					break
+				}
+			}
+			r.ready.pop()
+			e.w.state = dogTurn
+			if len(batch) == 0 {
+				late = max(0, time.Since(e.w.due))
+			}
+			batch = batch[:len(batch)+1]
+			t := &batch[len(batch)-1]
+			t.w, t.rc.values, t.rc.wake, e.w.slot = e.w, e.w.vals, wake, t
+			if t.rc.done == nil || t.rc.cut.Load() {
+				t.rc.done = make(chan struct{})
+				t.rc.cut.Store(false)
+			}
+		}
+		if len(batch) == 0 {
+			r.workers--
+			r.late.Store(0)
+			cleared := r.behind
+			r.behind = false
+			r.mu.Unlock()
+			if cleared {
+				r.tellBacklog(0, 0)
+			}
+			return
+		}
+		told := r.noteLate(late)
+		backlog := len(r.ready)
+		r.mu.Unlock()
+		if told {
+			r.tellBacklog(backlog+len(batch), late)
+		}
+		for i := range batch {
+			if t := &batch[i]; t.begin(time.Now()) {
+				pend = append(pend, t)
+			}
+		}
+		for len(pend) > 0 {
+			var next time.Time
+			n := 0
+			now := time.Now()
+			for _, t := range pend {
+				if t.poll(now) {
+					t.complete()
+					continue
+				}
+				pend[n] = t
+				n++
+				if next.IsZero() || t.x.dl.Before(next) {
+					next = t.x.dl
+				}
+			}
+			clear(pend[n:])
+			if pend = pend[:n]; n > 0 {
+				// Wait for an answer to the last renewal sent (the others'
+				// come before it, on the same pipelines), a cut, or the
+				// first deadline.
+				timer.Reset(next.Sub(now))
+				last := pend[n-1]
+				select {
+				case rep := <-last.x.rd.replies:
+					last.read(rep)
+				case <-wake: // a renewal was cut
+				case <-timer.C:
+				}
+				timer.Stop()
+			}
+		}
+		for i := range batch {
+			t := &batch[i]
+			t.w, t.x, t.rc.values, t.owed = nil, extension{}, nil, false
+		}
+		batch = batch[:0]
+		r.mu.Lock()
+	}
+}
+
+// A workerState is what a worker needs, kept for the next (renewer.spare).
+type workerState struct {
+	batch []turn
+	pend  []*turn
+	wake  chan struct{} // a cut of a renewal of its batch wakes it
+	timer *time.Timer   // the first deadline of its batch
+}
+
+func newWorkerState() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &workerState{batch: make([]turn, 0, renewBatch), pend: make([]*turn, 0, renewBatch), wake: make(chan struct{}, 1), timer: t}
+}
+
+// signal wakes whoever waits on c (cap 1), if nobody did yet.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// cut aborts the renewals of l in flight: a call of the caller's needs
+// l.mu (lockFor).
+func (r *renewer) cut(l *Lock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := l.dog; w != nil; w = w.sibling {
+		if w.slot != nil {
+			w.slot.rc.abort()
+		}
+	}
+}
+
+// abort cuts c, once, and wakes its worker. The renewer's mu is held.
+func (c *renewCtx) abort() {
+	if !c.cut.Load() {
+		c.cut.Store(true)
+		close(c.done)
+		signal(c.wake)
+	}
+}
+
+// A renewCtx is a renewal's context: the work's values (a span), not its
+// cancellation. Cutting it (renewer.cut: stop, or a call of the caller's
+// that needs l.mu, lockFor) aborts the renewal in flight. Each slot of a
+// worker's batch has one, used by renewal after renewal until one is cut,
+// so that a renewal allocates no context. done and cut change under the
+// renewer's mu only.
+type renewCtx struct {
+	values context.Context
+	done   chan struct{}
+	wake   chan struct{} // its worker's: a cut wakes it
+	cut    atomic.Bool
+}
+
+func (c *renewCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *renewCtx) Done() <-chan struct{}       { return c.done }
+func (c *renewCtx) Value(key any) any           { return c.values.Value(key) }
+func (c *renewCtx) Err() error {
+	if c.cut.Load() {
+		return context.Canceled
+	}
+	return nil
+}
