@@ -13,7 +13,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
-	github.com/redlock-go/redlock v0.0.0-20261203184247-514414416ab5
+	github.com/redlock-go/redlock v0.0.0-20261204135202-f22113d5880c
 )
 
 require (

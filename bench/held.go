@@ -106,11 +106,14 @@ func renewalsNeeded(held int, ttl time.Duration) float64 {
 	return float64(held) / p.Seconds()
 }
 
-// heldObserver counts renewals by outcome and lost locks by reason. It
+// heldObserver counts renewals by outcome and lost locks by reason, and
+// the backlogs the Client told, with the latest renewal they told of. It
 // keeps nothing of an event, so it says it is transient.
 type heldObserver struct {
 	renewals [len(renewalOutcomes)]atomic.Uint64
 	lost     [len(lostReasons)]atomic.Uint64
+	backlogs atomic.Uint64
+	late     atomic.Int64 // the largest BacklogEvent.Late, ns
 }
 
 // renewalOutcomes are the outcomes of a renewal (an ExtendEvent with
@@ -129,6 +132,12 @@ func (o *heldObserver) Observe(_ context.Context, e redlock.Event) {
 				i = len(renewalOutcomes) - 1
 			}
 			o.renewals[i].Add(1)
+		}
+	case *redlock.BacklogEvent:
+		if e.Behind {
+			o.backlogs.Add(1)
+			for late := o.late.Load(); int64(e.Late) > late && !o.late.CompareAndSwap(late, int64(e.Late)); late = o.late.Load() {
+			}
 		}
 	case *redlock.LostEvent:
 		i := slices.Index(lostReasons[:], e.Reason)
@@ -199,6 +208,8 @@ type heldRun struct {
 	RenewalsAll   map[string]uint64 `json:"renewals_whole_run"` // obtain phase to stop
 	Lost          int               `json:"locks_lost"`         // work contexts cancelled (ErrLockLost) by the end of the window
 	LostEvents    map[string]uint64 `json:"lost_events"`        // the Observer's LostEvents by reason, whole run
+	Backlogs      uint64            `json:"backlogs_told"`      // BacklogEvents (Behind) of the whole run
+	MaxLate       float64           `json:"max_late_ms"`        // the latest renewal they told of
 	ClientCPU     float64           `json:"client_cpu_s"`       // getrusage over the window
 	ServerCPU     []float64         `json:"server_cpu_s"`       // INFO cpu over the window, per server; nil without INFO
 	Calls         []uint64          `json:"server_commands"`
@@ -445,6 +456,7 @@ func runHeld(ctx context.Context, t heldTarget, ttl time.Duration, locks int, ho
 	r.Released, r.ReleaseLost, r.ReleaseErrors = int(released.Load()), int(relLost.Load()), int(relErrs.Load())
 	r.RenewalsAll = obs.snapshot().renewalsSince(heldCounts{})
 	r.LostEvents = obs.snapshot().lostByReason()
+	r.Backlogs, r.MaxLate = obs.backlogs.Load(), float64(obs.late.Load())/1e6
 	left, err := countKeys(ctx, ep.admin, prefix)
 	if err != nil {
 		return nil, err

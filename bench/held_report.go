@@ -94,13 +94,14 @@ func writeHeld(b *strings.Builder, h *heldReport) {
 	}
 	fmt.Fprintf(b, "One `redlock.New` Client over N masters (with an Observer that counts renewals by outcome and lost locks) obtains L distinct keys, its Obtains paced over one renewal period (TTL/3) from %d goroutines, puts each under `Lock.KeepAlive` (default renewal period TTL/3), holds them all for %s measured from when the last was obtained (search probes: at least two TTLs), then stops the keep-alives and releases the locks. "+
 		"Renewals needed/s is locks held / (TTL/3); made/s counts renewals that a quorum confirmed in the window (a watchdog renews on a grid of at most 50ms, so made can exceed needed by a few percent). Locks lost are the locks whose work context the watchdog cancelled by the end of the window. "+
+		"While renewals fall behind the Client renews in the order the locks' validity ends, so fewer renewals than needed can keep every lock: a lock is lost once its renewal is about half a TTL late. Backlogs told counts the `BacklogEvent`s (a renewal due waited more than 100ms for its turn), with the latest renewal they told of. "+
 		"Client CPU per renewal is this process's getrusage over the window divided by every renewal in it (any outcome), Redis CPU per renewal the servers' `INFO cpu` over the window likewise: at small L the idle runtime and servers weigh in. Goroutines, heap and stack per lock are `runtime.NumGoroutine`, `HeapAlloc` and `StackInuse` (after two GCs) once every lock is held, minus before the first Obtain, over the locks held (a goroutine's stack is not in the heap); they include the harness's own per-lock state (the key, the Lock, the work context and stop function, about 50 B).",
 		heldWorkers, h.HoldFor)
 	if len(h.Cycles) > 0 {
 		b.WriteString(" Renewal / lock cycle divides the client CPU per renewal by the client CPU of one whole Obtain + Release cycle of `redlock` at 64 goroutines, uncontended, measured in this run (below).")
 	}
-	b.WriteString("\n\n| masters | TTL | locks held | renewals needed/s | renewals made/s | made / needed | locks lost | goroutines/lock | heap/lock | stack/lock | client CPU/renewal | renewal / lock cycle | Redis CPU/renewal | Redis cmds/renewal | Redis reads/renewal | obtain errors | keys left |\n")
-	b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("\n\n| masters | TTL | locks held | renewals needed/s | renewals made/s | made / needed | locks lost | backlogs told (latest) | goroutines/lock | heap/lock | stack/lock | client CPU/renewal | renewal / lock cycle | Redis CPU/renewal | Redis cmds/renewal | Redis reads/renewal | obtain errors | keys left |\n")
+	b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range h.Runs {
 		if r.Probe {
 			continue
@@ -138,8 +139,8 @@ func writeHeld(b *strings.Builder, h *heldReport) {
 			}
 		}
 		if len(probes) > 0 {
-			b.WriteString("\nThe probes:\n\n| masters | TTL | locks held | renewals needed/s | renewals made/s | made / needed | locks lost | goroutines/lock | heap/lock | stack/lock | client CPU/renewal | renewal / lock cycle | Redis CPU/renewal | Redis cmds/renewal | Redis reads/renewal | obtain errors | keys left |\n")
-			b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+			b.WriteString("\nThe probes:\n\n| masters | TTL | locks held | renewals needed/s | renewals made/s | made / needed | locks lost | backlogs told (latest) | goroutines/lock | heap/lock | stack/lock | client CPU/renewal | renewal / lock cycle | Redis CPU/renewal | Redis cmds/renewal | Redis reads/renewal | obtain errors | keys left |\n")
+			b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 			b.WriteString(strings.Join(probes, "\n") + "\n")
 		}
 	}
@@ -166,8 +167,12 @@ func heldRow(h *heldReport, r *heldRun) string {
 	if r.NeededPerSec > 0 {
 		madeOf = fmt.Sprintf("%.0f%%", 100*r.MadePerSec/r.NeededPerSec)
 	}
-	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s | %s | %s | %s | %d | %d |",
-		r.Masters, r.TTL, fmtInt(r.Held), fmtRate(r.NeededPerSec), fmtRate(r.MadePerSec), madeOf, fmtLost(r.Lost, r.Held),
+	backlog := "0"
+	if r.Backlogs > 0 {
+		backlog = fmt.Sprintf("%d (%.0fms)", r.Backlogs, r.MaxLate)
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s | %s | %s | %s | %d | %d |",
+		r.Masters, r.TTL, fmtInt(r.Held), fmtRate(r.NeededPerSec), fmtRate(r.MadePerSec), madeOf, fmtLost(r.Lost, r.Held), backlog,
 		r.GoroutinesPerLock, fmtBytes(r.HeapPerLock), fmtBytes(r.StackPerLock), fmtUs(r.ClientCPUPerRenewal), ratio, fmtUs(r.ServerCPUPerRenewal),
 		fmtCount(r.CallsPerRenewal), fmtCount(r.ReadsPerRenewal), r.ObtainErrors, r.KeysLeft)
 }

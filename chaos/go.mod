@@ -11,7 +11,7 @@ replace github.com/redlock-go/redlock => ../
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redlock-go/redlock v0.0.0-20261203184247-514414416ab5
+	github.com/redlock-go/redlock v0.0.0-20261204135202-f22113d5880c
 	github.com/rs/zerolog v1.33.0
 	go.uber.org/goleak v1.3.0
 )

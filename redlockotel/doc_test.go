@@ -30,6 +30,8 @@ func everyEvent() []redlock.Event {
 		&redlock.LostEvent{Key: "k", Reason: redlock.MaxHold, Cause: redlock.ErrLockLost, Held: time.Minute, SinceRenewal: time.Second},
 		&redlock.MasterEvent{Addr: "10.0.0.2:6380", Err: context.DeadlineExceeded},
 		&redlock.MasterEvent{Addr: "10.0.0.2:6380", Up: true},
+		&redlock.BacklogEvent{Behind: true, Due: 120, Late: 150 * time.Millisecond},
+		&redlock.BacklogEvent{},
 	}
 }
 
@@ -75,7 +77,7 @@ func TestPackageDocListsEveryMetricWithItsAttributesAndBuckets(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"redlock.lost.locks", "redlock.lost.since_renewal", "redlock.master.up"} {
+	for _, name := range []string{"redlock.lost.locks", "redlock.lost.since_renewal", "redlock.master.up", "redlock.renewals.behind", "redlock.renewals.backlogs"} {
 		if _, ok := m[name]; !ok {
 			t.Errorf("no %s emitted", name)
 		}

@@ -10,7 +10,7 @@ replace github.com/redlock-go/redlock => ../
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redlock-go/redlock v0.0.0-20261203184247-514414416ab5
+	github.com/redlock-go/redlock v0.0.0-20261204135202-f22113d5880c
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

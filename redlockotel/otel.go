@@ -50,6 +50,12 @@
 //     once a master stopped answering, 1 once it answers again, as the last
 //     Client that saw it change reported. A master has no series until it
 //     first stops answering.
+//   - redlock.renewals.behind (up-down counter, {client}): 1 while a
+//     Client's renewals are behind (a renewal due waited more than 100ms
+//     for its turn: more locks held than it renews in time), 0 once none
+//     waits; summed over the Clients of the MeterProvider;
+//   - redlock.renewals.backlogs (counter, {backlog}): the times renewals
+//     fell behind;
 //   - redlock.master.down (up-down counter, {master}; redlock.master):
 //     deprecated, use redlock.master.up: 1 while the master does not
 //     answer, per Client (two Clients that both find it down count 2).
@@ -253,6 +259,8 @@ type Observer struct {
 	masterTransits metric.Int64Counter
 	masterUp       metric.Int64Gauge
 	masterDown     metric.Int64UpDownCounter // deprecated
+	behind         metric.Int64UpDownCounter
+	backlogs       metric.Int64Counter
 
 	t       *tally                // the metric attribute sets of events, and their counts; shared by the Observers of the meter
 	reasons [len(reasons)]measure // by lost reason, without a key; read-only
@@ -304,6 +312,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.holdDur = hist("redlock.hold.duration", "How long a lock was held, from its Obtain to its Release.", holdBuckets)
 	o.lost = counter("redlock.lost.locks", "{lock}", "Locks a watchdog declared lost while work ran, by reason.")
 	o.lostSince = hist("redlock.lost.since_renewal", "How long after the last good renewal (or the Obtain) a lock was declared lost.", validityBuckets)
+	o.backlogs = counter("redlock.renewals.backlogs", "{backlog}", "Times a Client's renewals fell behind: a renewal due waited more than 100ms for its turn.")
 	o.masterTransits = counter("redlock.master.transitions", "{transition}", "Masters that stopped answering (down) or answer again (up).")
 	up, e := m.Int64Gauge("redlock.master.up", metric.WithUnit("{master}"),
 		metric.WithDescription("1 once a master answers again, 0 once it stopped answering."))
@@ -313,6 +322,10 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		metric.WithDescription("Deprecated: use redlock.master.up. 1 while a master does not answer, 0 once it answers again (per Client)."))
 	note("redlock.master.down", e)
 	o.masterDown = down
+	behind, e := m.Int64UpDownCounter("redlock.renewals.behind", metric.WithUnit("{client}"),
+		metric.WithDescription("1 while a Client's renewals are behind (more locks held than it renews in time), 0 once none waits."))
+	note("redlock.renewals.behind", e)
+	o.behind = behind
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +356,18 @@ func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
 		o.lose(ctx, e)
 	case *redlock.MasterEvent:
 		o.master(ctx, e)
+	case *redlock.BacklogEvent:
+		o.backlog(ctx, e)
 	}
+}
+
+func (o *Observer) backlog(ctx context.Context, e *redlock.BacklogEvent) {
+	if e.Behind {
+		o.backlogs.Add(ctx, 1)
+		o.behind.Add(ctx, 1)
+		return
+	}
+	o.behind.Add(ctx, -1)
 }
 
 // Each event's span is started first, so that the histograms' measurements

@@ -601,3 +601,30 @@ func TestMasterNamedByServerAddressAndPort(t *testing.T) {
 		}
 	}
 }
+
+// TestRenewalsBehindIsAGaugeOfClients: a Client's renewals that fall
+// behind count one backlog and one Client behind, until they catch up;
+// two Clients behind at once count two.
+func TestRenewalsBehindIsAGaugeOfClients(t *testing.T) {
+	tel := newTelemetry(t)
+	other, err := redlockotel.NewObserver(redlockotel.WithMeterProvider(tel.mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	behind := &redlock.BacklogEvent{Behind: true, Due: 10, Late: 200 * time.Millisecond}
+	tel.obs.Observe(ctx, behind)
+	other.Observe(ctx, behind)
+	m := tel.collect(t)
+	if got := m.sum(t, "redlock.renewals.behind"); got != 2 {
+		t.Errorf("two Clients behind: redlock.renewals.behind = %d, want 2", got)
+	}
+	tel.obs.Observe(ctx, &redlock.BacklogEvent{})
+	m = tel.collect(t)
+	if got := m.sum(t, "redlock.renewals.behind"); got != 1 {
+		t.Errorf("one caught up: redlock.renewals.behind = %d, want 1", got)
+	}
+	if got := m.sum(t, "redlock.renewals.backlogs"); got != 2 {
+		t.Errorf("redlock.renewals.backlogs = %d, want 2", got)
+	}
+}

@@ -16,7 +16,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/prometheus/otlptranslator v1.0.0
-	github.com/redlock-go/redlock v0.0.0-20261203184247-514414416ab5
+	github.com/redlock-go/redlock v0.0.0-20261204135202-f22113d5880c
 	github.com/redlock-go/redlock/redlockotel v0.0.0-20261203184247-514414416ab5
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
