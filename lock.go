@@ -88,35 +88,22 @@ func (l *Lock) lockFor(ctx context.Context) error {
 	return nil
 }
 
-// setUntil sets the end of validity and tells a watchdog. Once a Release
-// has begun the validity stays 0, also when an Extend in flight then
-// succeeds: a Release sets releasing before it clears until, and setUntil
-// stores before it looks at releasing, so one of the two stores 0 last.
-func (l *Lock) setUntil(until int64) {
-	l.storeUntil(until)
-	if l.watched.Load() > 0 {
-		l.c.renewerOf().changed(l)
-	}
-}
-
-// setUntilBy is setUntil for the Extend x: a watchdog's own renewal is no
-// news to itself, only to another watchdog of the lock; a watchdog told of
-// its own failed renewal would take the validity it left as the caller's
-// change, and renew first rather than tell its work at the margin
-// (TestWorkIsToldTheMarginBeforeTheValidityEnds).
-func (l *Lock) setUntilBy(x *extension, until int64) {
-	if !x.by.IsZero() && l.watched.Load() == 1 {
-		l.storeUntil(until)
-		return
-	}
-	l.setUntil(until)
-}
-
-// storeUntil is setUntil telling no watchdog.
-func (l *Lock) storeUntil(until int64) {
+// setUntil sets the end of validity and tells the lock's watchdogs, but
+// for by, the one whose own renewal set it (nil for a call of the
+// caller's): a watchdog told of its own failed renewal would take the
+// validity it left for the caller's change, and renew first rather than
+// tell its work at the margin (TestWorkIsToldTheMarginBeforeTheValidityEnds).
+// Once a Release has begun the validity stays 0, also when an Extend in
+// flight then succeeds: a Release sets releasing before it clears until,
+// and setUntil stores before it looks at releasing, so one of the two
+// stores 0 last.
+func (l *Lock) setUntil(until int64, by *watchdog) {
 	l.until.Store(until)
 	if until != 0 && l.releasing.Load() {
 		l.until.Store(0)
+	}
+	if n := l.watched.Load(); n > 1 || n == 1 && by == nil {
+		l.c.renewerOf().changed(l, by)
 	}
 }
 
@@ -215,15 +202,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	defer l.mu.Unlock()
-	return l.extendLocked(ctx, ttl, time.Time{})
+	return l.extendLocked(ctx, ttl)
 }
 
-// extendLocked is Extend after validation, with l.mu held. A watchdog's
-// renewal gives by, the time the renewal may not outlast: its masters that
-// have not answered by then count as failed.
-func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, by time.Time) error {
+// extendLocked is Extend after validation, with l.mu held.
+func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) error {
 	var x extension
-	l.sendExtend(ctx, time.Now(), ttl, by, true, &x)
+	l.sendExtend(ctx, time.Now(), ttl, nil, time.Time{}, &x)
 	return l.readExtend(ctx, &x)
 }
 
@@ -231,29 +216,31 @@ func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, by time.Time
 // with l.mu held throughout: a watchdog's renewals are sent in batches and
 // read after (renewer.go), the caller's at once.
 type extension struct {
-	ttl, timeout  time.Duration
-	by, start, dl time.Time     // dl: the round's deadline
-	until         time.Duration // the validity's end when it began, since the epoch
-	before        time.Duration // the validity then, for the Observer
-	rd            *round
-	pending       int   // rd's masters not read yet (pollExtend)
-	polled        bool  // pollExtend read rd to its outcome
-	err           error // set when nothing was sent: the outcome
+	ttl, timeout time.Duration
+	dog          *watchdog     // the renewing watchdog; nil: the caller's Extend
+	start, dl    time.Time     // dl: the round's deadline
+	until        time.Duration // the validity's end when it began, since the epoch
+	before       time.Duration // the validity then, for the Observer
+	rd           *round
+	pending      int   // rd's masters not read yet (pollExtend)
+	polled       bool  // pollExtend read rd to its outcome
+	err          error // set when nothing was sent: the outcome
 }
 
-// sendExtend begins an Extend of l at start for ttl, by by if that is set,
-// into x:
-// it sends the requests, on the caller's goroutine when the master's lane
-// is idle with inline (see fanoutGated), else to the lanes' workers.
-func (l *Lock) sendExtend(ctx context.Context, start time.Time, ttl time.Duration, by time.Time, inline bool, x *extension) {
+// sendExtend begins an Extend of l at start for ttl into x: the caller's
+// (dog nil), its requests sent on the caller's goroutine when the master's
+// lane is idle (see open); or dog's renewal, sent to the lanes' workers
+// with those of its batch, that may not outlast by: the masters that have
+// not answered by then count as failed.
+func (l *Lock) sendExtend(ctx context.Context, start time.Time, ttl time.Duration, dog *watchdog, by time.Time, x *extension) {
 	c := l.c
-	*x = extension{ttl: ttl, by: by, start: start, until: time.Duration(l.until.Load())}
+	*x = extension{ttl: ttl, dog: dog, start: start, until: time.Duration(l.until.Load())}
 	if c.cfg.obs != nil {
 		x.before = l.validityAt(start)
 	}
 	end := c.epoch.Add(x.until) // the validity's end, on the monotonic clock
 	if x.until == 0 || !x.start.Before(end) {
-		l.setUntilBy(x, 0)
+		l.setUntil(0, x.dog)
 		if l.releasing.Load() {
 			x.err = errExtendAfterRelease // (TestExtendAfterReleaseSaysReleased)
 			return
@@ -278,7 +265,7 @@ func (l *Lock) sendExtend(ctx context.Context, start time.Time, ttl time.Duratio
 		ValidBy:  x.start.Add(left).UnixMilli(),
 		Halt:     &l.releasing, // a Release that begins meanwhile: not sent
 	})
-	x.rd, x.pending = c.sendAll(ctx, o, x.dl, inline), len(c.nodes)
+	x.rd, x.pending = c.sendAll(ctx, o, x.dl, dog == nil), len(c.nodes)
 }
 
 // pollExtend reads the answers to x that have arrived, without waiting,
@@ -312,7 +299,7 @@ func (l *Lock) readExtend(ctx context.Context, x *extension) error {
 		x.rd = nil
 	}
 	if c.cfg.obs != nil {
-		c.observe(ctx, &ExtendEvent{Key: l.key, Renewal: !x.by.IsZero(), Latency: time.Since(x.start), Outcome: outcome(ctx, err, Extended),
+		c.observe(ctx, &ExtendEvent{Key: l.key, Renewal: x.dog != nil, Latency: time.Since(x.start), Outcome: outcome(ctx, err, Extended),
 			Before: x.before, After: l.Validity(), Masters: answers, Err: err})
 	}
 	return err
@@ -325,7 +312,7 @@ func (l *Lock) extended(x *extension) error {
 	valid := x.ttl - c.cfg.drift(x.ttl)
 	ok := rd.ok >= c.quorum && time.Since(start) < valid
 	if ok {
-		l.setUntilBy(x, int64(start.Add(valid).Sub(c.epoch)))
+		l.setUntil(int64(start.Add(valid).Sub(c.epoch)), x.dog)
 		l.ttl.Store(int64(x.ttl))
 	}
 	if l.releasing.Load() {
@@ -339,7 +326,7 @@ func (l *Lock) extended(x *extension) error {
 	if rd.refused > len(c.nodes)-c.quorum {
 		err := error(c.quorumError("extend", rd, ErrLockLost))
 		l.refusal.Store(&err)
-		l.setUntilBy(x, 0)
+		l.setUntil(0, x.dog)
 		return err
 	}
 	// Not extended. The masters it reached, or may still reach, now hold
@@ -347,12 +334,12 @@ func (l *Lock) extended(x *extension) error {
 	// others until the old validity's end.
 	until := min(x.until, start.Add(valid).Sub(c.epoch))
 	if until <= time.Since(c.epoch) {
-		l.setUntilBy(x, 0)
+		l.setUntil(0, x.dog)
 		qe := c.quorumError("extend", rd, ErrLockLost)
 		qe.why = "the validity ran out before a quorum confirmed"
 		return qe
 	}
-	l.setUntilBy(x, int64(until))
+	l.setUntil(int64(until), x.dog)
 	return c.quorumError("extend", rd, nil)
 }
 
@@ -421,7 +408,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	if l.c.closed.Load() && !l.released.Load() {
 		l.releasing.Store(true) // an Extend in flight cannot set a validity any more
-		l.setUntil(0)
+		l.setUntil(0, nil)
 		return ErrClosed
 	}
 	return l.release(ctx)
@@ -438,7 +425,7 @@ func (l *Lock) release(ctx context.Context) error {
 		l.keyEnd.Store(until)
 		l.lapsed.Store(until == 0 || time.Duration(until) <= time.Since(l.c.epoch))
 	}
-	l.setUntil(0) // the watchdog stops now, whoever holds l.mu
+	l.setUntil(0, nil) // the watchdog stops now, whoever holds l.mu
 	if err := l.lockFor(ctx); err != nil {
 		return l.releaseBehind(err)
 	}

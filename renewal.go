@@ -80,7 +80,7 @@ func (t *turn) begin(now time.Time) bool {
 		limit = v
 	}
 	w.fresh = false
-	l.sendExtend(&t.rc, now, w.ttl, now.Add(limit), false, &t.x)
+	l.sendExtend(&t.rc, now, w.ttl, w, now.Add(limit), &t.x)
 	return true
 }
 

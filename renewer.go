@@ -245,15 +245,13 @@ func (r *renewer) promote(now int64) {
 }
 
 // rearm puts w, whose turn armed it again, back to wait; it ends w instead
-// when stop or the work's end came during the turn (silently), or Close
-// (ErrClosed). A reset heard during the turn is applied now.
+// when stop came during the turn (silently), or Close (ErrClosed). A reset heard during the turn is applied now.
 func (r *renewer) rearm(w *watchdog) {
 	r.mu.Lock()
 	w.slot = nil
 	switch {
 	case w.stopping:
-		r.mu.Unlock()
-		r.finish(w)
+		r.endLocked(w)
 		return
 	case r.closed:
 		r.mu.Unlock()
@@ -328,15 +326,19 @@ func (r *renewer) drop(w *watchdog) {
 	}
 }
 
-// changed tells l's watchdogs that its validity changed under them (the
-// caller's Extend): each renews in time for the new one. One in its turn
-// (taken into a worker's batch, its renewal not begun, or done) begins its
-// turn, or its next one, fresh (TestAShortenedValidityBeforeTheTurnBeginsIsFollowed).
-func (r *renewer) changed(l *Lock) {
+// changed tells l's watchdogs but by that its validity changed under them
+// (the caller's Extend, or by's renewal): each renews in time for the new
+// one. One in its turn (taken into a worker's batch, its renewal not
+// begun, or done) begins its turn, or its next one, fresh
+// (TestAShortenedValidityBeforeTheTurnBeginsIsFollowed).
+func (r *renewer) changed(l *Lock, by *watchdog) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
 	for w := l.dog; w != nil; w = w.sibling {
+		if w == by {
+			continue
+		}
 		if w.state == dogTurn {
 			w.refresh.Store(true) // its turn begins fresh, or its next one
 			continue

@@ -193,3 +193,34 @@ func TestALostLockIsNotToldAsExpiring(t *testing.T) {
 		t.Fatalf("cause %v, want ErrLockLost and not ErrLockExpiring", cause)
 	}
 }
+
+// TestEveryWatchdogOfALockIsToldAtTheMargin: with two KeepAlives on one
+// lock, a watchdog's own failed renewal is no change of the caller's to
+// itself: while a majority is killed, both works are told at the cancel
+// margin (ErrLockExpiring), not only once the validity has ended.
+func TestEveryWatchdogOfALockIsToldAtTheMargin(t *testing.T) {
+	const ttl = 2 * time.Second
+	const margin = 400 * time.Millisecond
+	servers, _, c := cluster(t, 3, redlock.WithNodeTimeout(ttl/10))
+	l := obtain(t, c, "job", ttl)
+	var works []context.Context
+	for range 2 {
+		wctx, stop, err := l.KeepAlive(context.Background(), redlock.WithCancelMargin(margin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		works = append(works, wctx)
+	}
+	takeDown(t, "killed", servers[:2]...)
+	for i, wctx := range works {
+		select {
+		case <-wctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("work %d was never told while a majority was killed", i)
+		}
+		if cause := context.Cause(wctx); !errors.Is(cause, redlock.ErrLockExpiring) {
+			t.Fatalf("work %d told with %v, want ErrLockExpiring (at the margin, not at the validity's end)", i, cause)
+		}
+	}
+}

@@ -9,40 +9,15 @@ import (
 // The renewer's workers (renewer.go) and the context of a renewal.
 
 // work runs the turns of ready watchdogs, a batch at a time, until none
-// is ready: it begins the turns of up to renewBatch of them (sending their
-// renewals), then completes each as its answers come, its renewal is cut,
-// or its deadline passes, whichever is first: one renewal that hangs holds
-// up no other's.
+// is ready.
 func (r *renewer) work() {
 	defer r.c.wg.Done()
 	ws := r.spare.Get().(*workerState)
 	defer r.spare.Put(ws)
-	batch, pend, wake, timer := ws.batch[:0], ws.pend[:0], ws.wake, ws.timer
 	r.mu.Lock()
 	for {
-		var late time.Duration
-		for len(batch) < renewBatch {
-			e, ok := r.ready.first()
-			if !ok {
-				r.promote(int64(time.Since(r.c.epoch)))
-				if e, ok = r.ready.first(); !ok {
-					break
-				}
-			}
-			r.ready.pop()
-			e.w.state = dogTurn
-			if len(batch) == 0 {
-				late = max(0, time.Since(e.w.due))
-			}
-			batch = batch[:len(batch)+1]
-			t := &batch[len(batch)-1]
-			t.w, t.rc.values, t.rc.wake, e.w.slot = e.w, e.w.vals, wake, t
-			if t.rc.done == nil || t.rc.cut.Load() {
-				t.rc.done = make(chan struct{})
-				t.rc.cut.Store(false)
-			}
-		}
-		if len(batch) == 0 {
+		late := r.take(ws)
+		if len(ws.batch) == 0 {
 			r.workers--
 			r.late.Store(0)
 			cleared := r.behind
@@ -57,51 +32,87 @@ func (r *renewer) work() {
 		backlog := len(r.ready)
 		r.mu.Unlock()
 		if told {
-			r.tellBacklog(backlog+len(batch), late)
+			r.tellBacklog(backlog+len(ws.batch), late)
 		}
-		for i := range batch {
-			if t := &batch[i]; t.begin(time.Now()) {
-				pend = append(pend, t)
-			}
-		}
-		for len(pend) > 0 {
-			var next time.Time
-			n := 0
-			now := time.Now()
-			for _, t := range pend {
-				if t.poll(now) {
-					t.complete()
-					continue
-				}
-				pend[n] = t
-				n++
-				if next.IsZero() || t.x.dl.Before(next) {
-					next = t.x.dl
-				}
-			}
-			clear(pend[n:])
-			if pend = pend[:n]; n > 0 {
-				// Wait for an answer to the last renewal sent (the others'
-				// come before it, on the same pipelines), a cut, or the
-				// first deadline.
-				timer.Reset(next.Sub(now))
-				last := pend[n-1]
-				select {
-				case rep := <-last.x.rd.replies:
-					last.read(rep)
-				case <-wake: // a renewal was cut
-				case <-timer.C:
-				}
-				timer.Stop()
-			}
-		}
-		for i := range batch {
-			t := &batch[i]
-			t.w, t.x, t.rc.values, t.owed = nil, extension{}, nil, false
-		}
-		batch = batch[:0]
+		ws.run()
 		r.mu.Lock()
 	}
+}
+
+// take fills ws's batch with up to renewBatch ready watchdogs, and returns
+// how late the first was. r.mu is held.
+func (r *renewer) take(ws *workerState) (late time.Duration) {
+	for len(ws.batch) < renewBatch {
+		e, ok := r.ready.first()
+		if !ok {
+			r.promote(int64(time.Since(r.c.epoch)))
+			if e, ok = r.ready.first(); !ok {
+				break
+			}
+		}
+		r.ready.pop()
+		e.w.state = dogTurn
+		if len(ws.batch) == 0 {
+			late = max(0, time.Since(e.w.due))
+		}
+		ws.batch = ws.batch[:len(ws.batch)+1]
+		t := &ws.batch[len(ws.batch)-1]
+		t.w, t.rc.values, t.rc.wake, e.w.slot = e.w, e.w.vals, ws.wake, t
+		if t.rc.done == nil || t.rc.cut.Load() {
+			t.rc.done = make(chan struct{})
+			t.rc.cut.Store(false)
+		}
+	}
+	return late
+}
+
+// run runs the turns of the batch: it begins them all (sending their
+// renewals), then completes each as its answers come, its renewal is cut,
+// or its deadline passes, whichever is first: one renewal that hangs holds
+// up no other's.
+func (ws *workerState) run() {
+	pend := ws.pend[:0]
+	for i := range ws.batch {
+		if t := &ws.batch[i]; t.begin(time.Now()) {
+			pend = append(pend, t)
+		}
+	}
+	for len(pend) > 0 {
+		var next time.Time
+		n := 0
+		now := time.Now()
+		for _, t := range pend {
+			if t.poll(now) {
+				t.complete()
+				continue
+			}
+			pend[n] = t
+			n++
+			if next.IsZero() || t.x.dl.Before(next) {
+				next = t.x.dl
+			}
+		}
+		clear(pend[n:])
+		if pend = pend[:n]; n > 0 {
+			// Wait for an answer to the last renewal sent (the others'
+			// come before it, on the same pipelines), a cut, or the first
+			// deadline.
+			ws.timer.Reset(next.Sub(now))
+			last := pend[n-1]
+			select {
+			case rep := <-last.x.rd.replies:
+				last.read(rep)
+			case <-ws.wake: // a renewal was cut
+			case <-ws.timer.C:
+			}
+			ws.timer.Stop()
+		}
+	}
+	for i := range ws.batch {
+		t := &ws.batch[i]
+		t.w, t.x, t.rc.values, t.owed = nil, extension{}, nil, false
+	}
+	ws.batch = ws.batch[:0]
 }
 
 // A workerState is what a worker needs, kept for the next (renewer.spare).
@@ -116,14 +127,6 @@ func newWorkerState() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &workerState{batch: make([]turn, 0, renewBatch), pend: make([]*turn, 0, renewBatch), wake: make(chan struct{}, 1), timer: t}
-}
-
-// signal wakes whoever waits on c (cap 1), if nobody did yet.
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
 }
 
 // cut aborts the renewals of l in flight: a call of the caller's needs
@@ -143,7 +146,10 @@ func (c *renewCtx) abort() {
 	if !c.cut.Load() {
 		c.cut.Store(true)
 		close(c.done)
-		signal(c.wake)
+		select {
+		case c.wake <- struct{}{}:
+		default: // the worker has a wake-up pending already
+		}
 	}
 }
 
