@@ -396,6 +396,14 @@ func TestATransientObserversEventsAreReused(t *testing.T) {
 	other := newClient(t, clients)
 	held := obtain(t, other, "held", time.Minute)
 	defer held.Release(ctx)
+	// Obtain returns at a quorum: wait for the last master's grant, or a
+	// refusal below could find that master still free.
+	redistest.Eventually(t, func() error {
+		if n := holdsAll(t, clients, held.Token(), "held"); n != len(clients) {
+			return fmt.Errorf("%d of %d masters hold the key", n, len(clients))
+		}
+		return nil
+	})
 	want := func(key string, out redlock.Outcome, answer string) seen {
 		var answers []string
 		for _, s := range servers {
