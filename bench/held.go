@@ -457,9 +457,17 @@ func runHeld(ctx context.Context, t heldTarget, ttl time.Duration, locks int, ho
 	r.RenewalsAll = obs.snapshot().renewalsSince(heldCounts{})
 	r.LostEvents = obs.snapshot().lostByReason()
 	r.Backlogs, r.MaxLate = obs.backlogs.Load(), float64(obs.late.Load())/1e6
-	left, err := countKeys(ctx, ep.admin, prefix)
-	if err != nil {
-		return nil, err
+	// A Release returns at a quorum: the last master's delete may still be
+	// on its way. A key left is one still there a second later.
+	var left int
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n, err := countKeys(ctx, ep.admin, prefix)
+		if err != nil {
+			return nil, err
+		}
+		if left = n; left == 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	r.KeysLeft = left
 	r.derive()
