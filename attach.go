@@ -97,7 +97,7 @@ func (c *Client) attach(ctx context.Context, key string, set *keySet, token stri
 	}
 	valid := ttl - c.cfg.drift(ttl)
 	o := wire.Extend(l.target, c.boxTTL(ttl), fence, wire.Bounds{
-		RetakeBy: int64(0), // never: the master's clock is always past it
+		RetakeBy: 0, // never: the master's clock is always past it
 		// The confirmation serves the validity this handle counts on if it
 		// succeeds, from start: a master that runs it later (held up by the
 		// network, or frozen with it in its socket) does nothing, as for an

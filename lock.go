@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,9 +221,10 @@ type extension struct {
 	until        time.Duration // the validity's end when it began, since the epoch
 	before       time.Duration // the validity then, for the Observer
 	rd           *round
-	pending      int   // rd's masters not read yet (pollExtend)
-	polled       bool  // pollExtend read rd to its outcome
-	err          error // set when nothing was sent: the outcome
+	pending      int       // rd's masters not read yet (pollExtend)
+	polled       bool      // pollExtend read rd to its outcome
+	err          error     // set when nothing was sent: the outcome
+	end          time.Time // when readExtend had the outcome
 }
 
 // sendExtend begins an Extend of l at start for ttl into x: the caller's
@@ -284,33 +284,41 @@ func (l *Lock) pollExtend(ctx context.Context, x *extension, now time.Time) bool
 func (l *Lock) readExtend(ctx context.Context, x *extension) error {
 	c := l.c
 	err := x.err
+	var rec *extendRec
+	if c.cfg.obs != nil {
+		rec = c.newExtendRec()
+	}
 	var answers []NodeError
+	if x.rd != nil && !x.polled {
+		c.readAll(ctx, x.rd, x.dl, x.timeout)
+	} else if x.rd != nil && c.cfg.obs != nil {
+		c.health(ctx, x.rd)
+	}
+	x.end = time.Now()
 	if x.rd != nil {
-		if !x.polled {
-			c.readAll(ctx, x.rd, x.dl, x.timeout)
-		} else if c.cfg.obs != nil {
-			c.health(ctx, x.rd)
-		}
 		err = l.extended(x)
-		if c.cfg.obs != nil {
-			answers = slices.Clone(x.rd.nodes)
+		if rec != nil {
+			rec.buf = append(rec.buf[:0], x.rd.nodes...)
+			answers = rec.buf
 		}
 		x.rd.done()
 		x.rd = nil
 	}
-	if c.cfg.obs != nil {
-		c.observe(ctx, &ExtendEvent{Key: l.key, Renewal: x.dog != nil, Latency: time.Since(x.start), Outcome: outcome(ctx, err, Extended),
-			Before: x.before, After: l.Validity(), Masters: answers, Err: err})
+	if rec != nil {
+		rec.ev = ExtendEvent{Key: l.key, Renewal: x.dog != nil, Latency: x.end.Sub(x.start), Outcome: outcome(ctx, err, Extended),
+			Before: x.before, After: l.validityAt(x.end), Masters: answers, Err: err}
+		c.observe(ctx, &rec.ev)
+		c.recycleExtend(rec)
 	}
 	return err
 }
 
-// extended sets the validity from the answers of x's masters and returns
-// the Extend's outcome.
+// extended sets the validity from the answers of x's masters, read by
+// x.end, and returns the Extend's outcome.
 func (l *Lock) extended(x *extension) error {
 	c, rd, start := l.c, x.rd, x.start
 	valid := x.ttl - c.cfg.drift(x.ttl)
-	ok := rd.ok >= c.quorum && time.Since(start) < valid
+	ok := rd.ok >= c.quorum && x.end.Sub(start) < valid
 	if ok {
 		l.setUntil(int64(start.Add(valid).Sub(c.epoch)), x.dog)
 		l.ttl.Store(int64(x.ttl))
@@ -333,7 +341,7 @@ func (l *Lock) extended(x *extension) error {
 	// the key until ttl after they ran it, no sooner than start + ttl; the
 	// others until the old validity's end.
 	until := min(x.until, start.Add(valid).Sub(c.epoch))
-	if until <= time.Since(c.epoch) {
+	if until <= x.end.Sub(c.epoch) {
 		l.setUntil(0, x.dog)
 		qe := c.quorumError("extend", rd, ErrLockLost)
 		qe.why = "the validity ran out before a quorum confirmed"

@@ -145,20 +145,21 @@ func (*BacklogEvent) event() {}
 // A TransientObserver is an Observer that keeps nothing of an event once
 // its Observe returns: neither the event nor a slice it holds (Masters).
 // When Transient reports true (it is asked once, by [WithObserver]), a
-// Client reuses the [*ObtainEvent] and [*ReleaseEvent] values it hands the
-// Observer, so that observing a lock's Obtain and Release allocates
-// nothing. redlockotel's Observer is one.
+// Client reuses the [*ObtainEvent], [*ExtendEvent] and [*ReleaseEvent]
+// values it hands the Observer, so that observing a lock's Obtain, its
+// renewals and its Release allocates nothing. redlockotel's Observer is
+// one.
 type TransientObserver interface {
 	Observer
 	Transient() bool
 }
 
 // Reused events: a Client whose Observer is transient (config.reuse)
-// takes its Obtain and Release events, with the slices their answers go
-// in, from these pools, and puts them back once Observe returned
-// (TestATransientObserversEventsAreReused); otherwise every event is new
-// and the Observer may keep it (TestEventsAreTheObserversToKeep).
-var obtainRecs, releaseRecs sync.Pool
+// takes its Obtain, Extend and Release events, with the slices their
+// answers go in, from these pools, and puts them back once Observe
+// returned (TestATransientObserversEventsAreReused); otherwise every event
+// is new and the Observer may keep it (TestEventsAreTheObserversToKeep).
+var obtainRecs, extendRecs, releaseRecs sync.Pool
 
 // An obtainRec is an ObtainEvent and the slice its answers go in (buf),
 // apart from Masters, which may instead be an error's.
@@ -170,6 +171,12 @@ type obtainRec struct {
 // A releaseRec is a ReleaseEvent and the slice its answers go in.
 type releaseRec struct {
 	ev  ReleaseEvent
+	buf []NodeError
+}
+
+// An extendRec is an ExtendEvent and the slice its answers go in.
+type extendRec struct {
+	ev  ExtendEvent
 	buf []NodeError
 }
 
@@ -201,6 +208,17 @@ func (c *Client) newReleaseRec() *releaseRec {
 	return new(releaseRec)
 }
 
+// newExtendRec returns an extendRec: reused when the Observer is
+// transient.
+func (c *Client) newExtendRec() *extendRec {
+	if c.cfg.reuse {
+		if r, _ := extendRecs.Get().(*extendRec); r != nil {
+			return r
+		}
+	}
+	return new(extendRec)
+}
+
 // recycle puts r back for reuse once observed, when the Observer is
 // transient: it keeps nothing of r, and r keeps nothing of the event.
 func (c *Client) recycleObtain(r *obtainRec) {
@@ -208,6 +226,15 @@ func (c *Client) recycleObtain(r *obtainRec) {
 		clear(r.buf)
 		*r = obtainRec{buf: r.buf[:0]}
 		obtainRecs.Put(r)
+	}
+}
+
+// recycleExtend is recycleObtain for an extendRec.
+func (c *Client) recycleExtend(r *extendRec) {
+	if c.cfg.reuse {
+		clear(r.buf)
+		*r = extendRec{buf: r.buf[:0]}
+		extendRecs.Put(r)
 	}
 }
 
@@ -296,11 +323,11 @@ func (c *Client) health(ctx context.Context, rd *round) {
 		case err == nil || err == ErrTaken || err == errAbsent || err == errLapsed || err == errPastValidity || wire.Answered(err):
 			// The master answered: errPastValidity is its clock's refusal
 			// of an Extend, not silence. (TestPastValidityAnswerIsNoMasterDown)
-			if n.down.CompareAndSwap(true, false) {
+			if n.down.Load() && n.down.CompareAndSwap(true, false) {
 				c.observe(ctx, &MasterEvent{Addr: n.addr, Up: true})
 			}
 		default:
-			if n.down.CompareAndSwap(false, true) {
+			if !n.down.Load() && n.down.CompareAndSwap(false, true) {
 				c.observe(ctx, &MasterEvent{Addr: n.addr, Err: err})
 			}
 		}

@@ -34,8 +34,8 @@ func TestExtendScriptsDoNothingPastTheValidity(t *testing.T) {
 	past, future := now.Add(-time.Second).UnixMilli(), now.Add(time.Minute).UnixMilli()
 	cases := []struct {
 		name              string
-		absent            bool // the lock key (the set's second key) has vanished
-		retakeBy, validBy any  // validBy nil: not sent
+		absent            bool  // the lock key (the set's second key) has vanished
+		retakeBy, validBy int64 // validBy 0: not sent
 		want              int64
 		wantErr           error
 		renewed           bool // the key lasts the TTL after
@@ -43,7 +43,7 @@ func TestExtendScriptsDoNothingPastTheValidity(t *testing.T) {
 		{"ours, before the validity's end", false, future, future, 1, nil, true},
 		{"ours, past the validity's end", false, future, past, 0, ErrPastValidity, false},
 		{"ours, past the re-take deadline only", false, past, future, 1, nil, true},
-		{"ours, past the re-take deadline, no validity's end", false, past, nil, 0, ErrPastValidity, false},
+		{"ours, past the re-take deadline, no validity's end", false, past, 0, 0, ErrPastValidity, false},
 		{"vanished, before both", true, future, future, 2, nil, true},
 		{"vanished, past the re-take deadline", true, past, future, 0, ErrAbsent, false},
 	}

@@ -98,12 +98,12 @@ type Call struct {
 // of it past them, by its own clock (extend.lua; request.bounds adds the
 // master's clock offset).
 type Bounds struct {
-	// RetakeBy is an int64 of Unix milliseconds by the client's wall
-	// clock: the Extend re-takes a vanished key only until then (0: never).
-	RetakeBy any
-	// ValidBy is an int64 of Unix milliseconds: the end of the validity
-	// the Extend serves; nil leaves RetakeBy as that bound.
-	ValidBy any
+	// RetakeBy is in Unix milliseconds by the client's wall clock: the
+	// Extend re-takes a vanished key only until then (0: never).
+	RetakeBy int64
+	// ValidBy is in Unix milliseconds: the end of the validity the Extend
+	// serves; 0 sends none, and leaves RetakeBy as that bound.
+	ValidBy int64
 	// Halt is the lock's releasing flag: a request still queued when a
 	// Release has begun is not sent (ErrReleasing), so that it cannot
 	// re-take a key the Release deleted.

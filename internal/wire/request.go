@@ -57,7 +57,7 @@ type request struct {
 	// (transport.rebase).
 	skew  int64
 	eval  bool
-	bound [2]unixMs // back the bounds' arguments when skew is not 0
+	bound [2]unixMs // the bounds' arguments: the request's own, so that an Extend allocates none
 }
 
 // A unixMs is a time in Unix milliseconds, a request's own argument: a
@@ -78,18 +78,21 @@ func (r *request) kind() Kind { return r.op.kind }
 
 // bounds returns the re-take deadline and the validity's end of r, an
 // Extend, as its master's clock reads them: the Op's values (the client's
-// wall clock) plus the master's offset. With no offset, or a bound not
-// sent (nil) or never met (0: Attach's re-take), the Op's own box.
+// wall clock) plus the master's offset; a re-take deadline never met (0:
+// Attach's) as it is, and no validity's end (nil) when the Op has none.
 func (r *request) bounds() (retake, valid any) {
-	return r.shift(0, r.op.extend.RetakeBy), r.shift(1, r.op.extend.ValidBy)
+	retake = r.shift(0, r.op.extend.RetakeBy)
+	if r.op.extend.ValidBy != 0 {
+		valid = r.shift(1, r.op.extend.ValidBy)
+	}
+	return retake, valid
 }
 
-func (r *request) shift(i int, v any) any {
-	ms, ok := v.(int64)
-	if !ok || ms <= 0 || r.skew == 0 {
-		return v
+func (r *request) shift(i int, ms int64) *unixMs {
+	if ms > 0 {
+		ms += r.skew
 	}
-	r.bound[i].ms = ms + r.skew
+	r.bound[i].ms = ms
 	return &r.bound[i]
 }
 
