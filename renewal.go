@@ -95,8 +95,9 @@ func (t *turn) read(rep reply) {
 }
 
 // complete ends the turn begin sent a renewal for: reads its answers, and
-// re-arms w or ends it.
-func (t *turn) complete() {
+// arms w's next turn, for its worker to put it back to wait (reports
+// true), or ends it.
+func (t *turn) complete() bool {
 	w := t.w
 	l, r := w.l, w.l.c.renewerOf()
 	err := l.readExtend(&t.rc, &t.x)
@@ -105,15 +106,15 @@ func (t *turn) complete() {
 	case l.releasing.Load(): // a Release cut the renewal short, or followed it
 		w.lost(errReleased)
 		r.finish(w)
-		return
+		return false
 	case err == nil:
-		now := time.Now()
+		now := t.x.end
 		w.last, w.renewed = nil, now
 		w.arm(now, w.wait(now, w.next(now, w.every)))
 	case errors.Is(err, ErrLockLost):
 		w.lose(lostReason(err), err)
 		r.finish(w)
-		return
+		return false
 	default:
 		// Masters did not answer: retry sooner, and wake at the validity's
 		// end at the latest. A renewal owed to a reset is tried again soon,
@@ -122,7 +123,7 @@ func (t *turn) complete() {
 		w.last = err
 		w.again(l.Validity(), t.owed)
 	}
-	r.rearm(w)
+	return true
 }
 
 // check tells the work, and reports false, when the lock is released

@@ -81,7 +81,9 @@ func (c *Client) renewerOf() *renewer {
 	if r := c.renew.Load(); r != nil {
 		return r
 	}
-	c.renew.CompareAndSwap(nil, &renewer{c: c, spare: sync.Pool{New: newWorkerState}})
+	r := &renewer{c: c}
+	r.spare.New = func() any { return newWorkerState(r) }
+	c.renew.CompareAndSwap(nil, r)
 	return c.renew.Load()
 }
 
@@ -245,7 +247,8 @@ func (r *renewer) promote(now int64) {
 }
 
 // rearm puts w, whose turn armed it again, back to wait; it ends w instead
-// when stop came during the turn (silently), or Close (ErrClosed). A reset heard during the turn is applied now.
+// when stop came during the turn (silently), or Close (ErrClosed). A reset
+// heard during the turn is applied now.
 func (r *renewer) rearm(w *watchdog) {
 	r.mu.Lock()
 	w.slot = nil
@@ -259,6 +262,35 @@ func (r *renewer) rearm(w *watchdog) {
 		r.finish(w)
 		return
 	}
+	r.rearmLocked(w)
+	r.mu.Unlock()
+}
+
+// rearmAll is rearm of each of ws, taking r.mu once for those that go
+// back to wait.
+func (r *renewer) rearmAll(ws []*watchdog) {
+	if len(ws) == 0 {
+		return
+	}
+	n := 0
+	r.mu.Lock()
+	for _, w := range ws {
+		if w.stopping || r.closed {
+			ws[n] = w
+			n++
+			continue
+		}
+		w.slot = nil
+		r.rearmLocked(w)
+	}
+	r.mu.Unlock()
+	for _, w := range ws[:n] {
+		r.rearm(w)
+	}
+}
+
+// rearmLocked puts w back to wait. r.mu is held.
+func (r *renewer) rearmLocked(w *watchdog) {
 	if w.refresh.Load() {
 		// The caller's Extend changed the validity during the turn: renew
 		// in time for the new one, as changed does.
@@ -272,7 +304,6 @@ func (r *renewer) rearm(w *watchdog) {
 		w.resetLate = false
 		r.reset(w, time.Now())
 	}
-	r.mu.Unlock()
 }
 
 // end is stop's: it ends w, wherever it is, unless a worker runs its

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -416,4 +417,84 @@ func gatedPair(t *testing.T, bothRenewed bool) (*Client, *Lock, *Lock, context.C
 	a.dog.capAt = time.Now() // a's max hold ends at its next turn
 	r.mu.Unlock()
 	return c, a, b, work, g
+}
+
+// slowLost is an Observer that takes 300ms over a LostEvent (it writes to a
+// slow sink, say) and keeps the renewals' outcomes.
+type slowLost struct {
+	mu   sync.Mutex
+	ok   int
+	fail []error
+}
+
+func (o *slowLost) Observe(_ context.Context, e Event) {
+	switch e := e.(type) {
+	case *LostEvent:
+		time.Sleep(300 * time.Millisecond)
+	case *ExtendEvent:
+		if !e.Renewal {
+			return
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if e.Err != nil {
+			o.fail = append(o.fail, e.Err)
+		} else {
+			o.ok++
+		}
+	}
+}
+
+// TestEachRenewalOfABatchHasItsNodeTimeout: one batch holds a watchdog that ends at
+// its WithMaxHold (its begin tells the Observer, which takes 300ms) before
+// ten healthy locks' renewals; each of those should still get its node
+// timeout (100ms) to be answered, counted from when it is sent.
+func TestEachRenewalOfABatchHasItsNodeTimeout(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	clients := make([]redis.UniversalClient, 3)
+	for i, s := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		clients[i] = rdb
+	}
+	obs := &slowLost{}
+	c, err := New(clients, AnyClientOptions(), WithObserver(obs), WithNodeTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	first, err := c.Obtain(ctx, "first", 3*time.Second) // the earliest validity's end: first in the batch
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0, stop0, err := first.KeepAlive(ctx, WithRenewEvery(2*time.Second), WithMaxHold(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop0()
+	for i := range 10 {
+		l, err := c.Obtain(ctx, "k"+strconv.Itoa(i), 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, stop, err := l.KeepAlive(ctx, WithRenewEvery(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+	}
+	r := c.renewerOf()
+	r.mu.Lock()
+	first.dog.capAt = time.Now().Add(-time.Millisecond) // its hold is over
+	r.mu.Unlock()
+	c.masterReset() // every watchdog due at once: one batch
+	<-w0.Done()
+	time.Sleep(time.Second)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	t.Logf("renewals ok %d, failed %d", obs.ok, len(obs.fail))
+	if len(obs.fail) > 0 {
+		t.Errorf("%d renewals of healthy locks failed behind a slow Observer in their batch: %v", len(obs.fail), obs.fail[0])
+	}
 }

@@ -73,6 +73,10 @@ func (r *renewer) take(ws *workerState) (late time.Duration) {
 func (ws *workerState) run() {
 	pend := ws.pend[:0]
 	for i := range ws.batch {
+		// A clock reading of each turn's own: a begin before it may have
+		// taken long (it told an Observer of a loss), and each renewal
+		// has its node timeout from when it is sent
+		// (TestEachRenewalOfABatchHasItsNodeTimeout).
 		if t := &ws.batch[i]; t.begin(time.Now()) {
 			pend = append(pend, t)
 		}
@@ -81,9 +85,19 @@ func (ws *workerState) run() {
 		var next time.Time
 		n := 0
 		now := time.Now()
+		back := ws.back[:0]
 		for _, t := range pend {
 			if t.poll(now) {
-				t.complete()
+				// Decided with masters still to answer (a quorum did, or
+				// the deadline passed): their requests still queued are
+				// of no use any more.
+				straggles := t.x.rd != nil && t.x.pending > 0
+				if t.complete() {
+					back = append(back, t.w)
+				}
+				if straggles {
+					t.rc.shed()
+				}
 				continue
 			}
 			pend[n] = t
@@ -93,19 +107,10 @@ func (ws *workerState) run() {
 			}
 		}
 		clear(pend[n:])
+		ws.r.rearmAll(back)
+		clear(back)
 		if pend = pend[:n]; n > 0 {
-			// Wait for an answer to the last renewal sent (the others'
-			// come before it, on the same pipelines), a cut, or the first
-			// deadline.
-			ws.timer.Reset(next.Sub(now))
-			last := pend[n-1]
-			select {
-			case rep := <-last.x.rd.replies:
-				last.read(rep)
-			case <-ws.wake: // a renewal was cut
-			case <-ws.timer.C:
-			}
-			ws.timer.Stop()
+			ws.await(pend[n-1], next, now)
 		}
 	}
 	for i := range ws.batch {
@@ -115,18 +120,34 @@ func (ws *workerState) run() {
 	ws.batch = ws.batch[:0]
 }
 
+// await waits for an answer to last, the last renewal sent and not
+// decided (the others' come before it, on the same pipelines), a cut, or
+// next, the first deadline of those not decided.
+func (ws *workerState) await(last *turn, next, now time.Time) {
+	ws.timer.Reset(next.Sub(now))
+	select {
+	case rep := <-last.x.rd.replies:
+		last.read(rep)
+	case <-ws.wake: // a renewal was cut
+	case <-ws.timer.C:
+	}
+	ws.timer.Stop()
+}
+
 // A workerState is what a worker needs, kept for the next (renewer.spare).
 type workerState struct {
+	r     *renewer
 	batch []turn
 	pend  []*turn
+	back  []*watchdog   // turns completed, to put back to wait at once
 	wake  chan struct{} // a cut of a renewal of its batch wakes it
 	timer *time.Timer   // the first deadline of its batch
 }
 
-func newWorkerState() any {
+func newWorkerState(r *renewer) *workerState {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &workerState{batch: make([]turn, 0, renewBatch), pend: make([]*turn, 0, renewBatch), wake: make(chan struct{}, 1), timer: t}
+	return &workerState{r: r, batch: make([]turn, 0, renewBatch), pend: make([]*turn, 0, renewBatch), back: make([]*watchdog, 0, renewBatch), wake: make(chan struct{}, 1), timer: t}
 }
 
 // cut aborts the renewals of l in flight: a call of the caller's needs
@@ -143,8 +164,7 @@ func (r *renewer) cut(l *Lock) {
 
 // abort cuts c, once, and wakes its worker. The renewer's mu is held.
 func (c *renewCtx) abort() {
-	if !c.cut.Load() {
-		c.cut.Store(true)
+	if c.cut.CompareAndSwap(false, true) {
 		close(c.done)
 		select {
 		case c.wake <- struct{}{}:
@@ -153,12 +173,26 @@ func (c *renewCtx) abort() {
 	}
 }
 
+// shed cuts c, once, when its renewal was decided before every master
+// answered: its requests still queued on a master's lane are dropped there
+// (ErrSkipped), not sent for nobody. Without it the slowest master's lane
+// is sent every renewal however far behind it is: its batches grow until
+// their reads time out, and the Releases that follow wait behind them
+// (TestRenewalsDecidedAtAQuorumAreNotSentToASlowMaster). The worker calls
+// it after complete, without the renewer's mu: an abort may race it until
+// the watchdog is back to wait, so either cuts, once.
+func (c *renewCtx) shed() {
+	if c.cut.CompareAndSwap(false, true) {
+		close(c.done)
+	}
+}
+
 // A renewCtx is a renewal's context: the work's values (a span), not its
 // cancellation. Cutting it (renewer.cut: stop, or a call of the caller's
 // that needs l.mu, lockFor) aborts the renewal in flight. Each slot of a
 // worker's batch has one, used by renewal after renewal until one is cut,
-// so that a renewal allocates no context. done and cut change under the
-// renewer's mu only.
+// so that a renewal allocates no context. cut is set once, by abort or
+// shed; take gives a cut slot a new done, under the renewer's mu.
 type renewCtx struct {
 	values context.Context
 	done   chan struct{}
