@@ -49,17 +49,36 @@ func holdAndWait(t *testing.T, a, b *redlock.Client) (*redlock.Lock, <-chan wait
 }
 
 // heldOnAll holds "k" for 20s with a and waits until every master has
-// the key (Obtain returns at a quorum).
+// the key (Obtain returns at a quorum). It first waits until no master
+// has "k": a Release returns at a quorum too, and an earlier holder's key
+// still on a master would refuse the Obtain there, then go, leaving that
+// master without the key while the others hold it.
 func heldOnAll(t *testing.T, a *redlock.Client, clients []redis.UniversalClient) *redlock.Lock {
 	t.Helper()
-	held := obtain(t, a, "k", 20*time.Second)
 	redistest.Eventually(t, func() error {
-		if hs := holdersOf(t, clients, "k"); slices.Contains(hs, "") {
-			return fmt.Errorf("holders %q", hs)
+		if hs := holdersOf(t, clients, "k"); slices.ContainsFunc(hs, func(v string) bool { return v != "" }) {
+			return fmt.Errorf("an earlier holder's key is still there: %q", hs)
 		}
 		return nil
 	})
+	held := obtain(t, a, "k", 20*time.Second)
+	onEvery(t, clients, "k", held.Token())
 	return held
+}
+
+// onEvery waits until every master holds key under token (marked as
+// waited for or not): an Obtain returns at a quorum, and a waiter that
+// asks a master the holder's grant has not reached yet takes the key
+// there, or marks nothing.
+func onEvery(t *testing.T, clients []redis.UniversalClient, key, token string) {
+	t.Helper()
+	redistest.Eventually(t, func() error {
+		hs := holdersOf(t, clients, key)
+		if slices.ContainsFunc(hs, func(v string) bool { return !strings.HasPrefix(v, token) }) {
+			return fmt.Errorf("holders of %s %q, want %s on every master", key, hs, token)
+		}
+		return nil
+	})
 }
 
 // heldOnOne starts one master and holds "k" on it for 20s with a Client

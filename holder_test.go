@@ -130,6 +130,7 @@ func TestHolderInfoWithTheWaitMarkRoundTrips(t *testing.T) {
 			t.Errorf("Lock.HolderInfo() = %q, want %q", got, info)
 		}
 		holderInfoOn(t, inspected(t, c, key, l.Token()), l.Token(), info)
+		onEvery(t, clients, key, l.Token())
 
 		// Marked as waited for on every master: still ours, info intact.
 		waiter := newClient(t, clients)
@@ -310,6 +311,7 @@ func TestWaiterWithHolderInfoObtainsAfterTheRelease(t *testing.T) {
 	b := newClient(t, clients)
 	const heldInfo, waitInfo = "holder!", "waiter~1 %"
 	held := obtain(t, a, "k", time.Minute, redlock.WithHolderInfo(heldInfo))
+	onEvery(t, clients, "k", held.Token())
 	type got struct {
 		l   *redlock.Lock
 		err error
