@@ -140,8 +140,11 @@ func TestReleaseAfterTheWatchdogLostTheLockSaysLost(t *testing.T) {
 func TestReleaseAfterARestartReportsTheLoss(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	servers, _, a := cluster(t, 3)
+	servers, clients, a := cluster(t, 3)
 	l := obtain(t, a, "k", time.Minute)
+	// Obtain returns at a quorum: a grant still on its way to a master
+	// that restarts would land on its new process and refuse B there.
+	onEvery(t, clients, "k", l.Token())
 	start := time.Now()
 	overlapAfterRestarts(t, servers, "k", servers[:2]...)
 	err := l.Release(ctx)
