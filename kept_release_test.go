@@ -34,6 +34,8 @@ func TestKeptReleaseSurvivesARestart(t *testing.T) {
 	if err := l.Extend(ctx, time.Minute); err != nil { // every master has our scripts
 		t.Fatal(err)
 	}
+	// Obtain returns at a quorum: master 2 holds the key before it is killed.
+	onEvery(t, direct, "k", l.Token())
 	if err := servers[2].Kill(); err != nil {
 		t.Fatal(err)
 	}

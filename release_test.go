@@ -60,6 +60,8 @@ func TestReleaseAfterTheValidityEndedSaysLost(t *testing.T) {
 	ctx := context.Background()
 	_, clients, c := cluster(t, 3)
 	lock := obtain(t, c, "k", time.Minute)
+	// Obtain returns at a quorum: the last master's grant may still be on its way.
+	held(t, clients, "k", lock.Token(), 3)
 	_ = lock.Extend(ctx, 100*time.Millisecond) // its outcome does not matter: the validity ends soon
 	lapsed(t, lock)
 	if n := count(holdersOf(t, clients, "k"), lock.Token()); n != 3 {
@@ -93,6 +95,8 @@ func TestReleaseAfterTheWatchdogLostTheLockSaysLost(t *testing.T) {
 	direct := redistest.Clients(t, servers)
 	c := newClient(t, boundedClients(t, servers), redlock.WithNodeTimeout(100*time.Millisecond))
 	lock := obtain(t, c, "k", 600*time.Millisecond)
+	// Obtain returns at a quorum: a grant landing after the PExpire below would expire.
+	held(t, direct, "k", lock.Token(), 3)
 	work, stop, err := lock.KeepAlive(ctx, redlock.WithCancelMargin(0)) // until the validity has run out
 	if err != nil {
 		t.Fatal(err)
