@@ -183,17 +183,18 @@ func TestCloseEndsRetryingDo(t *testing.T) {
 	obtain(t, holder, "k", time.Minute)
 	c := newClient(t, clients)
 	done := make(chan error, 1)
-	sets := calls(t, clients[0], "set")
+	// Close comes once an attempt was refused, while Do waits to retry:
+	// not while an attempt is on its way, which Close ends without its
+	// answers (a refusal then is not known).
+	refused := &refusedThenWait{refused: make(chan struct{})}
 	go func() {
-		done <- c.Do(ctx, "k", time.Second, func(context.Context) error { return nil },
-			redlock.WithRetry(redlock.LinearBackoff(20*time.Millisecond)))
+		done <- c.Do(ctx, "k", time.Second, func(context.Context) error { return nil }, redlock.WithRetry(refused))
 	}()
-	redistest.Eventually(t, func() error { // Do was refused, and waits to retry
-		if calls(t, clients[0], "set") == sets {
-			return errors.New("Do has made no attempt")
-		}
-		return nil
-	})
+	select {
+	case <-refused.refused:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Do's first attempt was not refused")
+	}
 	closed := make(chan struct{})
 	go func() { c.Close(); close(closed) }()
 	select {
@@ -313,4 +314,16 @@ func TestCloseRacesStartingWatchdogs(t *testing.T) {
 			<-done
 		}
 	}
+}
+
+// refusedThenWait is a RetryStrategy that closes refused when an attempt
+// has failed, and then waits a minute before the next.
+type refusedThenWait struct {
+	once    sync.Once
+	refused chan struct{}
+}
+
+func (r *refusedThenWait) NextWait(int, error) (time.Duration, bool) {
+	r.once.Do(func() { close(r.refused) })
+	return time.Minute, true
 }
