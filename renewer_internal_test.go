@@ -308,7 +308,6 @@ func TestRenewerStress(t *testing.T) {
 				// left to Close
 			}
 		}()
-		_ = stop2
 	}
 	wg.Wait()
 	close(stopResets)
