@@ -420,3 +420,18 @@ func setClient(t *testing.T, n int) *Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// onEvery waits until every master's value of key begins with token: an
+// Obtain returns at a quorum, and a waiter that asks a master the holder's
+// grant has not reached yet takes the key there instead.
+func onEvery(t *testing.T, clients []redis.UniversalClient, key, token string) {
+	t.Helper()
+	redistest.Eventually(t, func() error {
+		for i, rdb := range clients {
+			if v, _ := rdb.Get(context.Background(), key).Result(); !strings.HasPrefix(v, token) {
+				return fmt.Errorf("master %d holds %s = %q, want %s", i, key, v, token)
+			}
+		}
+		return nil
+	})
+}

@@ -74,6 +74,7 @@ func TestWaitGateFrozenAfterRefusing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	onEvery(t, clients, "k", held.Token()) // before the waiter asks: see onEvery
 	b := newClient(t, clients, WithNodeTimeout(200*time.Millisecond))
 	gate := b.gateOf("k")
 	if gate < 0 {
