@@ -196,6 +196,26 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
+// onSend is a hook that calls itself with the commands of each call,
+// before they are sent.
+type onSend func(cmds ...redis.Cmder)
+
+func (f onSend) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f onSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		f(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (f onSend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		f(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
 // A sentConn is one end of an in-memory connection (net.Pipe) whose
 // writes return at once: a writer goroutine of its own, which ends with
 // the connection, passes them on in order. A net.Pipe's Write waits for
@@ -243,10 +263,18 @@ func (s *sentConn) Close() error {
 	return err
 }
 
-// watched holds "k" for ttl on one in-memory master (miniredis over
-// net.Pipe: no socket, so a synctest bubble runs it in virtual time), whose
+// watched holds "k" for ttl on one in-memory master (inMemory), whose
 // client has hook, under a watchdog that runs until the test ends.
 func watched(t *testing.T, hook redis.Hook, ttl, nodeTimeout time.Duration) (*Client, *Lock) {
+	t.Helper()
+	c := inMemory(t, hook, WithNodeTimeout(nodeTimeout))
+	return c, keptAlive(t, c, "k", ttl)
+}
+
+// inMemory returns a Client of one in-memory master (miniredis over
+// net.Pipe: no socket, so a synctest bubble runs it in virtual time),
+// whose client has hook.
+func inMemory(t *testing.T, hook redis.Hook, opts ...Option) *Client {
 	t.Helper()
 	m := miniredis.NewMiniRedis()
 	t.Cleanup(m.Close)
@@ -263,8 +291,14 @@ func watched(t *testing.T, hook redis.Hook, ttl, nodeTimeout time.Duration) (*Cl
 	})
 	t.Cleanup(func() { rdb.Close() })
 	rdb.AddHook(hook)
-	c := newClient(t, []redis.UniversalClient{rdb}, WithNodeTimeout(nodeTimeout))
-	l, err := c.Obtain(t.Context(), "k", ttl)
+	return newClient(t, []redis.UniversalClient{rdb}, opts...)
+}
+
+// keptAlive obtains key for ttl on c and keeps it alive until the test
+// ends.
+func keptAlive(t *testing.T, c *Client, key string, ttl time.Duration) *Lock {
+	t.Helper()
+	l, err := c.Obtain(t.Context(), key, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +307,7 @@ func watched(t *testing.T, hook redis.Hook, ttl, nodeTimeout time.Duration) (*Cl
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	return c, l
+	return l
 }
 
 // failHook fails every script while on, and counts the attempts.

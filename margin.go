@@ -62,10 +62,12 @@ func (m cancelMargin) applyObtain(c *obtainConfig) { c.margin, c.marginSet = tim
 // Default: ttl/10, at most 10s, and at most half the time a failing
 // renewal schedule has before it (the validity, ttl minus the drift
 // allowance, minus the renewal interval, minus a node timeout). Healthy
-// renewals, every ttl/3, keep the validity above 2/3 of the TTL, far
-// from the margin; failing ones get the remaining ~0.55 ttl, several
-// tries (every ttl/12, each taking at most a node timeout), before the
-// work is told: a single failed renewal never cancels it.
+// renewals, every ttl/3 on average (on a grid of at most ttl/24, so two
+// of them may be ttl/3 + ttl/24 apart), keep the validity above 5/8 of
+// the TTL, far from the margin; failing ones get the remaining half of
+// the TTL or more, several tries (every ttl/12, each taking at most a
+// node timeout), before the work is told: a single failed renewal never
+// cancels it.
 //
 // d must be >= 0 and leave a renewal time to complete before the validity
 // is down to it: renewal interval + node timeout (a third of the

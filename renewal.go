@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"time"
 )
 
@@ -110,7 +112,7 @@ func (t *turn) complete() bool {
 	case err == nil:
 		now := t.x.end
 		w.last, w.renewed = nil, now
-		w.arm(now, w.wait(now, w.next(now, w.every)))
+		w.arm(now, w.wait(now, w.following(now, w.every)))
 	case errors.Is(err, ErrLockLost):
 		w.lose(lostReason(err), err)
 		r.finish(w)
@@ -176,17 +178,70 @@ func (w *watchdog) wait(now time.Time, d time.Duration) time.Duration {
 	return max(0, min(d, w.l.validityAt(now)-w.tell-w.margin))
 }
 
-// next returns the wait before a renewal due in d, rounded down to a grid
-// shared by every lock of the client, so renewals due at about the same time
-// go out together and share one pipeline per master.
-func (w *watchdog) next(now time.Time, d time.Duration) time.Duration {
-	grid := min(d/8, 50*time.Millisecond)
-	if grid <= 0 {
-		return d
+// The renewal grid. A watchdog's renewals fall on a grid of times (since
+// the Client's epoch) so that those of many locks due at about the same
+// time go out together, one pipeline per master, and the Client's renewals
+// come in few bursts: each burst has a fixed cost (the timer, waking
+// workers and threads), so fewer, larger ones cost less per renewal. A
+// lock renewed every d uses the grid of renewGrid(d): a power of two
+// milliseconds, the largest not over d/8, so that the grids of locks with
+// different TTLs nest and their renewals share bursts
+// (TestRenewalsOfLocksWithDifferentTTLsShareTheGrid). A renewal is never
+// later than its time on the lock's schedule (rounded down to the grid),
+// and the schedule advances by d from the last renewal's time on it, not
+// from when that renewal ended: rounding down does not make renewals more
+// frequent than every d (TestRenewalsKeepTheirPeriodOnTheGrid).
+
+// renewGrid returns the grid step of renewals every d; 0 (no grid) below
+// 8ms.
+func renewGrid(d time.Duration) time.Duration {
+	n := d / 8 / time.Millisecond
+	if n <= 0 {
+		return 0
 	}
+	return time.Millisecond << (bits.Len64(uint64(n)) - 1)
+}
+
+// next returns the wait from now before a renewal due in d, rounded down
+// to the grid, and starts w's schedule there.
+func (w *watchdog) next(now time.Time, d time.Duration) time.Duration {
 	since := now.Sub(w.l.c.epoch)
-	at := since + d
-	return max(d-grid, at/grid*grid-since)
+	w.sched = plus(since, d)
+	return w.onGrid(since, renewGrid(d))
+}
+
+// following returns the wait from now, when a renewal ended, before the
+// next: d after the last one's time on w's schedule. It starts the
+// schedule again from now (next) when the renewal ended more than a grid
+// step after its time on it (renewals fall behind: they do not catch up
+// by coming sooner) or before it (the schedule is not the last renewal's).
+func (w *watchdog) following(now time.Time, d time.Duration) time.Duration {
+	since, g := now.Sub(w.l.c.epoch), renewGrid(d)
+	if w.sched < since-g || w.sched > since+g {
+		return w.next(now, d)
+	}
+	w.sched = plus(w.sched, d)
+	return w.onGrid(since, g)
+}
+
+// onGrid returns the wait from since (ns since the epoch) before w.sched,
+// rounded down to the grid step g.
+func (w *watchdog) onGrid(since, g time.Duration) time.Duration {
+	if g == 0 {
+		return w.sched - since
+	}
+	return w.sched/g*g - since
+}
+
+// plus returns a + d, a and d not negative, or the largest Duration when
+// the sum is past it (a WithRenewEvery of centuries): a schedule's time
+// that wrapped around would make the renewal due at once, every time
+// (TestARenewalPeriodOfCenturiesWaits).
+func plus(a, d time.Duration) time.Duration {
+	if d > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + d
 }
 
 // lose cancels the work of a lock lost with cause, and tells the Observer.

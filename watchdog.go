@@ -227,13 +227,14 @@ type watchdog struct {
 	// Guarded by the renewer's mu, but for what the worker running its
 	// turn owns (the schedule and the renewal's outcome: every field below
 	// but slot, state, stopping, resetLate and gen).
-	slot    *turn       // the worker's slot running its turn, in one
-	due     time.Time   // when its next renewal is due
-	renewed time.Time   // the last good renewal, or the Obtain
-	kicked  time.Time   // when the last renewal a reset made began
-	last    error       // the last renewal's error, while renewals fail
-	gen     uint32      // its live entry's in the heap that holds it (dogheap.go)
-	refresh atomic.Bool // the caller's Extend came during its turn: the next begins fresh
+	slot    *turn         // the worker's slot running its turn, in one
+	due     time.Time     // when its next renewal is due
+	sched   time.Duration // its next renewal's time on its schedule, ns since the epoch, before the grid (renewal.go)
+	renewed time.Time     // the last good renewal, or the Obtain
+	kicked  time.Time     // when the last renewal a reset made began
+	last    error         // the last renewal's error, while renewals fail
+	gen     uint32        // its live entry's in the heap that holds it (dogheap.go)
+	refresh atomic.Bool   // the caller's Extend came during its turn: the next begins fresh
 	state   dogState
 	// stopping: stop came during its turn; resetLate: a master's reset
 	// did; folded: due is a reset's renewal put off to the gap's end;
