@@ -26,6 +26,14 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Release(ctxT(t))
+	redistest.Eventually(t, func() error { // Obtain returns at quorum; the third master follows
+		for i, c := range clients {
+			if v, _ := c.Get(ctxT(t), "p:held").Result(); v != lock.Token() {
+				return fmt.Errorf("master %d holds %q, not the lock's token", i, v)
+			}
+		}
+		return nil
+	})
 
 	code, out, stderr := runRedlock(t, nil, "status", "--masters", masters, "--prefix", "p:", "--key", "held")
 	if code != 0 {
