@@ -110,14 +110,20 @@ type LostEvent struct {
 }
 
 // A BacklogEvent reports that the Client's renewals fell behind (Behind
-// true: a renewal due waited more than 100ms for its turn, as when the
-// Client holds more locks than the machine can renew, or every worker
-// waits on masters that do not answer), and then that they caught up
-// (Behind false: no renewal due is waiting). While
-// behind, the Client renews its locks in the order their validity ends,
-// and gives up those whose validity comes down to the cancel margin before
-// their turn (a [LostEvent] each, the cause matching [ErrLockExpiring]);
-// with [WithRenewalBacklogLimit], its Obtains fail fast meanwhile.
+// true: a renewal waited more than 100ms past its time for its turn, as
+// when the Client holds more locks than the machine can renew, or every
+// worker waits on masters that do not answer), and then that they caught
+// up (Behind false: no renewal due is waiting). While behind, the Client
+// renews its locks in the order their validity ends, and gives up those
+// whose validity comes down to the cancel margin before their turn (a
+// [LostEvent] each, the cause matching [ErrLockExpiring]); with
+// [WithRenewalBacklogLimit], its Obtains fail fast meanwhile.
+//
+// A renewal's time is when it falls due, or, for one on the renewal grid
+// (the renewals of many locks fall due together on a grid of times, a
+// step of at most an eighth of the renewal period), the next point of the
+// grid, before which its time on its lock's schedule is: a burst of
+// renewals that the Client sends within a grid step is on time.
 type BacklogEvent struct {
 	Behind bool
 	Due    int           // renewals due and waiting, about, when it fell behind

@@ -148,6 +148,22 @@ func (w *watchdog) check(releasing bool, v time.Duration) bool {
 // arm sets w's next renewal due d after now.
 func (w *watchdog) arm(now time.Time, d time.Duration) { w.due = now.Add(d) }
 
+// lateAt returns how long past its time w's renewal is at now, for the
+// backlog (BacklogEvent, WithRenewalBacklogLimit): past its due time, or,
+// when due is on the grid (its time on the schedule rounded down to the
+// grid step g), past due + g, before which its time on the schedule is.
+// The renewals of many locks due at one grid point go out over the time
+// the Client takes to send them all: they are on time while that ends
+// before the next grid point, the Client keeping up with them
+// (TestARenewalBurstWithinItsGridStepIsNotABacklog).
+func (w *watchdog) lateAt(now time.Time) time.Duration {
+	due := w.due
+	if g := renewGrid(w.every); g > 0 && due.Sub(w.l.c.epoch) == w.sched/g*g {
+		due = due.Add(g)
+	}
+	return now.Sub(due)
+}
+
 // wakeAt is when w's next turn is: its renewal, or WithMaxHold's end.
 func (w *watchdog) wakeAt() time.Time {
 	if !w.capAt.IsZero() && w.capAt.Before(w.due) {

@@ -177,7 +177,7 @@ func (r *renewer) tick() {
 	var told bool
 	var late time.Duration
 	if waits && r.workers == renewWorkers {
-		if late = now.Sub(e.w.due); late > time.Duration(r.late.Load()) {
+		if late = e.w.lateAt(now); late > time.Duration(r.late.Load()) {
 			told = r.noteLate(late)
 		}
 	}

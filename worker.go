@@ -53,7 +53,7 @@ func (r *renewer) take(ws *workerState) (late time.Duration) {
 		r.ready.pop()
 		e.w.state = dogTurn
 		if len(ws.batch) == 0 {
-			late = max(0, time.Since(e.w.due))
+			late = max(0, e.w.lateAt(time.Now()))
 		}
 		ws.batch = ws.batch[:len(ws.batch)+1]
 		t := &ws.batch[len(ws.batch)-1]

@@ -51,8 +51,9 @@
 //     Client that saw it change reported. A master has no series until it
 //     first stops answering.
 //   - redlock.renewals.behind (up-down counter, {client}): 1 while a
-//     Client's renewals are behind (a renewal due waited more than 100ms
-//     for its turn: more locks held than it renews in time), 0 once none
+//     Client's renewals are behind (a renewal waited more than 100ms past
+//     its time for its turn, redlock.BacklogEvent: more locks held than it
+//     renews in time), 0 once none
 //     waits; summed over the Clients of the MeterProvider;
 //   - redlock.renewals.backlogs (counter, {backlog}): the times renewals
 //     fell behind;
@@ -312,7 +313,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.holdDur = hist("redlock.hold.duration", "How long a lock was held, from its Obtain to its Release.", holdBuckets)
 	o.lost = counter("redlock.lost.locks", "{lock}", "Locks a watchdog declared lost while work ran, by reason.")
 	o.lostSince = hist("redlock.lost.since_renewal", "How long after the last good renewal (or the Obtain) a lock was declared lost.", validityBuckets)
-	o.backlogs = counter("redlock.renewals.backlogs", "{backlog}", "Times a Client's renewals fell behind: a renewal due waited more than 100ms for its turn.")
+	o.backlogs = counter("redlock.renewals.backlogs", "{backlog}", "Times a Client's renewals fell behind: a renewal waited more than 100ms past its time for its turn.")
 	o.masterTransits = counter("redlock.master.transitions", "{transition}", "Masters that stopped answering (down) or answer again (up).")
 	up, e := m.Int64Gauge("redlock.master.up", metric.WithUnit("{master}"),
 		metric.WithDescription("1 once a master answers again, 0 once it stopped answering."))
