@@ -66,8 +66,9 @@ func (r *renewer) tellBacklog(due int, late time.Duration) {
 	r.c.observe(context.Background(), &BacklogEvent{Behind: behind, Due: due, Late: late})
 }
 
-// renewalsLateAfter is how long the oldest renewal due may wait for a
-// worker before the Client tells a backlog (BacklogEvent).
+// renewalsLateAfter is how long a renewal may wait past its time
+// (watchdog.lateAt) for a worker before the Client tells a backlog
+// (BacklogEvent).
 const renewalsLateAfter = 100 * time.Millisecond
 
 // A dogState says where a watchdog is.

@@ -122,8 +122,11 @@ type LostEvent struct {
 // A renewal's time is when it falls due, or, for one on the renewal grid
 // (the renewals of many locks fall due together on a grid of times, a
 // step of at most an eighth of the renewal period), the next point of the
-// grid, before which its time on its lock's schedule is: a burst of
-// renewals that the Client sends within a grid step is on time.
+// grid, before which its time on its lock's schedule is, or the last
+// moment it can begin with its whole margin (a node timeout) before its
+// lock's validity is down to the cancel margin, if that is sooner: a
+// burst of renewals that the Client sends within a grid step is on time,
+// and a renewal that waits into its margin is late.
 type BacklogEvent struct {
 	Behind bool
 	Due    int           // renewals due and waiting, about, when it fell behind

@@ -151,15 +151,21 @@ func (w *watchdog) arm(now time.Time, d time.Duration) { w.due = now.Add(d) }
 // lateAt returns how long past its time w's renewal is at now, for the
 // backlog (BacklogEvent, WithRenewalBacklogLimit): past its due time, or,
 // when due is on the grid (its time on the schedule rounded down to the
-// grid step g), past due + g, before which its time on the schedule is.
-// The renewals of many locks due at one grid point go out over the time
-// the Client takes to send them all: they are on time while that ends
-// before the next grid point, the Client keeping up with them
-// (TestARenewalBurstWithinItsGridStepIsNotABacklog).
+// grid step g), past due + g, before which its time on the schedule is,
+// but no later than the last moment the renewal can begin with its whole
+// margin (wait's cap). The renewals of many locks due at one grid point go
+// out over the time the Client takes to send them all: they are on time
+// while that ends before the next grid point, the Client keeping up with
+// them (TestARenewalBurstWithinItsGridStepIsNotABacklog); and a renewal
+// that waits into its margin is late, whatever the grid step, so a
+// backlog is told before its lock is given up
+// (TestABacklogIsToldBeforeALockIsGivenUp). The first renewal is on the
+// grid as the others are (TestTheFirstRenewalAfterKeepAliveIsOnTheGrid).
 func (w *watchdog) lateAt(now time.Time) time.Duration {
-	due := w.due
-	if g := renewGrid(w.every); g > 0 && due.Sub(w.l.c.epoch) == w.sched/g*g {
-		due = due.Add(g)
+	due, epoch := w.due, w.l.c.epoch
+	if g := renewGrid(w.every); g > 0 && due.Sub(epoch) == w.sched/g*g {
+		last := epoch.Add(time.Duration(w.l.until.Load()) - w.tell - w.margin)
+		due = due.Add(max(0, min(g, last.Sub(due))))
 	}
 	return now.Sub(due)
 }

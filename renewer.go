@@ -35,11 +35,15 @@ import (
 //     lock's work is told at its margin (TestAHangingRenewalDoesNotStarveAnotherLocksWatchdog,
 //     TestWorkIsToldAtItsMarginWhenItsBatchHangs), and stop returns at
 //     once (TestStopDoesNotWaitForAnotherLocksRenewal).
-//   - The backlog is told: a BacklogEvent when a renewal due waits more
-//     than renewalsLateAfter for its turn, and one when none waits
-//     (TestABacklogIsToldAndCleared); with WithRenewalBacklogLimit, Obtain
-//     then fails at once with ErrRenewalsLate
-//     (TestObtainFailsFastWhileRenewalsAreLate).
+//   - The backlog is told: a BacklogEvent when a renewal waits more than
+//     renewalsLateAfter past its time (watchdog.lateAt) for its turn, and
+//     one when none waits (TestABacklogIsToldAndCleared); with
+//     WithRenewalBacklogLimit, Obtain then fails at once with
+//     ErrRenewalsLate (TestObtainFailsFastWhileRenewalsAreLate). A burst
+//     of renewals the Client sends within a grid step is not a backlog
+//     (TestARenewalBurstWithinItsGridStepIsNotABacklog), and one is told
+//     before a lock is given up for want of a worker
+//     (TestABacklogIsToldBeforeALockIsGivenUp).
 //   - Close ends every watchdog, waiting or in a turn, with ErrClosed
 //     (TestCloseEndsEveryWatchdog, TestCloseRacesStartingWatchdogs,
 //     TestRenewerStress).
@@ -92,7 +96,7 @@ func (r *renewer) ns(t time.Time) int64 { return int64(t.Sub(r.c.epoch)) }
 
 // add starts running w, due in d; it ends w at once (ErrClosed) when the
 // Client is closing.
-func (r *renewer) add(w *watchdog, d time.Duration) {
+func (r *renewer) add(w *watchdog, now time.Time, d time.Duration) {
 	r.mu.Lock()
 	if r.closed {
 		w.state = dogEnded
@@ -103,7 +107,7 @@ func (r *renewer) add(w *watchdog, d time.Duration) {
 	}
 	w.sibling, w.l.dog = w.l.dog, w
 	w.l.watched.Add(1)
-	w.arm(time.Now(), d)
+	w.arm(now, d)
 	r.wait(w)
 	r.mu.Unlock()
 }

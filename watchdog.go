@@ -268,7 +268,7 @@ func (l *Lock) keepAlive(ctx context.Context, ttl time.Duration, oc obtainConfig
 	w.held = l.c.hold(l.c.cfg.keyPrefix + l.key)
 	w.done.Add(1)
 	now := time.Now()
-	r.add(w, w.wait(now, w.next(now, w.every)))
+	r.add(w, now, w.wait(now, w.next(now, w.every)))
 	return wctx, func() {
 		r.end(w)
 		w.done.Wait()
