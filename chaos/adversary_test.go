@@ -70,6 +70,7 @@ const (
 )
 
 func TestS15Adversary(t *testing.T) {
+	admit(t, alone)
 	if *flagSeed != 0 {
 		adversary(t, library, advConfig{seed: *flagSeed, dur: orDefault(*flagDuration, adversaryRun), panics: *flagPanics}, "seed")
 		return
@@ -168,9 +169,14 @@ func adversary(t *testing.T, sub *subject, cfg advConfig, what string) {
 		t.Cleanup(func() {
 			// toxiproxy leaves a stub goroutine behind now and then when a
 			// toxic goes while its link closes: its own, not the lock's.
+			// The scenarios and mutation checks that wait for their turn
+			// while this run has the machine (schedule_test.go) have not
+			// started.
 			if err := goleak.Find(leaks, goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"),
 				goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).read"),
-				goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).write")); err != nil {
+				goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).write"),
+				goleak.IgnoreAnyFunction("github.com/redlock-go/redlock/chaos.(*scheduler).enter"),
+				goleak.IgnoreAnyFunction("github.com/redlock-go/redlock/chaos.(*scheduler).take")); err != nil {
 				r.must(false, "goroutines left after the run: %v", err)
 			}
 		})
@@ -709,9 +715,9 @@ func (a *advRun) syncWitness(ctx context.Context) error {
 	})
 }
 
-// stackFrames are lockFrames and the library's internal packages (a
-// lane's worker, a subscription), for lockStacks.
-var stackFrames = append([]string{"github.com/redlock-go/redlock/internal/"}, lockFrames...)
+// stackFrames are the frames of the locks under test and the library's
+// internal packages (a lane's worker, a subscription), for lockStacks.
+var stackFrames = slices.Concat([]string{"github.com/redlock-go/redlock/internal/"}, libraryFrames, mutantFrames)
 
 // lockStacks sums up the lock's goroutines: each one's innermost frame
 // of the lock and its state, with counts.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -18,6 +19,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperMain(h)) // a worker subprocess (S14), not the suite
 	}
 	redis.SetLogger(quietLogger{}) // dial failures are the point here, not news
+	flag.Parse()
+	unlimitParallel()
 	dir := buildShim()
 	code := m.Run()
 	if dir != "" {

@@ -59,7 +59,7 @@ func newRow(t *testing.T, sub *subject, scenario, kind, fault, expected string) 
 		// Runs after the scenario's own cleanups: every Client is closed, so
 		// none of the library's goroutines may be left.
 		if !t.Skipped() && !r.sharedEnv {
-			left := lockGoroutinesAtMost(0)
+			left := lockGoroutinesAtMost(sub, 0)
 			r.set("lib_goroutines_left", left)
 			r.must(left == 0, "%d lock goroutines left after every Client was closed", left)
 		}

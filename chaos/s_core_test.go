@@ -58,7 +58,10 @@ func probeFigures(r *row, prefix string, s ProbeStats) {
 // S1: no fault, one hot key, 64 workers. Each holder holds the lock for 1
 // ms between reading and writing the counter: long enough that a second
 // holder is seen (the mutation check without NX counts overlaps).
-func TestS01HotKey64(t *testing.T) { hotKey64(t, library) }
+func TestS01HotKey64(t *testing.T) {
+	admit(t, alone)
+	hotKey64(t, library)
+}
 
 func hotKey64(t *testing.T, sub *subject) {
 	for _, v := range []struct {
@@ -95,7 +98,10 @@ func hotKey64(t *testing.T, sub *subject) {
 
 // S2: a minority of masters dies (SIGKILL, or refused connections), then
 // comes back empty.
-func TestS02MinorityDown(t *testing.T) { minorityDown(t, library) }
+func TestS02MinorityDown(t *testing.T) {
+	admit(t, light)
+	minorityDown(t, library)
+}
 
 func minorityDown(t *testing.T, sub *subject) {
 	for _, mode := range []string{"sigkill", "refused"} {
@@ -160,7 +166,10 @@ func minorityDown(t *testing.T, sub *subject) {
 
 // S3: a majority dies: nothing is granted, every call is bounded and says
 // why, and locking resumes once they are back.
-func TestS03MajorityDown(t *testing.T) { majorityDown(t, library) }
+func TestS03MajorityDown(t *testing.T) {
+	admit(t, light)
+	majorityDown(t, library)
+}
 
 func majorityDown(t *testing.T, sub *subject) {
 	r := newRow(t, sub, "S3 majority-down", "MUST", "SIGKILL 3/5 for 1s, restart empty (node timeout 50ms)",
@@ -219,7 +228,10 @@ func majorityDown(t *testing.T, sub *subject) {
 
 // S4: a minority stalls (SIGSTOP) for 3 TTLs: locking goes on at quorum
 // speed; zombie SETs run after SIGCONT and expire within a TTL.
-func TestS04StalledMinority(t *testing.T) { stalledMinorities(t, library) }
+func TestS04StalledMinority(t *testing.T) {
+	admit(t, light)
+	stalledMinorities(t, library)
+}
 
 func stalledMinorities(t *testing.T, sub *subject) {
 	if sub.runs("suite-clients") {
@@ -291,12 +303,15 @@ func stalledMinority(t *testing.T, r *row, adjust func(*redis.Options)) {
 		bound += time.Second // a request in flight may wait for the client's own read timeout
 	}
 	r.must(closed <= bound, "Close took %v, want <= %v", closed, bound)
-	r.set("lib_goroutines_after_close", lockGoroutinesAtMost(0))
+	r.set("lib_goroutines_after_close", lockGoroutinesAtMost(r.sub, 0))
 }
 
 // S5: a majority stalls: nothing is granted, calls are bounded, and after
 // SIGCONT the zombies clear within a TTL. Variant: CLIENT PAUSE WRITE.
-func TestS05StalledMajority(t *testing.T) { stalledMajority(t, library) }
+func TestS05StalledMajority(t *testing.T) {
+	admit(t, light)
+	stalledMajority(t, library)
+}
 
 func stalledMajority(t *testing.T, sub *subject) {
 	for _, mode := range []string{"sigstop", "sigstop-default-clients", "client-pause-write"} {

@@ -23,18 +23,32 @@ import (
 	"github.com/redlock-go/redlock/internal/redistest"
 )
 
-// lockFrames are the function-name prefixes of the locks under test: the
-// library, and the suite's broken locks (mutant_test.go).
-var lockFrames = []string{"github.com/redlock-go/redlock.", "github.com/redlock-go/redlock/chaos.(*mutant", "github.com/redlock-go/redlock/chaos.mutant"}
+// libraryFrames and mutantFrames are the function-name prefixes of the
+// locks under test: the library, and the suite's broken locks
+// (mutant_test.go).
+var (
+	libraryFrames = []string{"github.com/redlock-go/redlock."}
+	mutantFrames  = []string{"github.com/redlock-go/redlock/chaos.(*mutant", "github.com/redlock-go/redlock/chaos.mutant"}
+)
 
-// lockGoroutines counts goroutines running code of the lock under test.
-func lockGoroutines() int {
+// frames are the function-name prefixes of sub's code.
+func (s *subject) frames() []string {
+	if s.mutant == "" {
+		return libraryFrames
+	}
+	return mutantFrames
+}
+
+// lockGoroutines counts goroutines running code of the lock sub: a
+// mutation check runs beside a scenario of the library (schedule_test.go),
+// whose goroutines are not its own.
+func lockGoroutines(sub *subject) int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		if slices.ContainsFunc(strings.Split(g, "\n"), func(line string) bool {
-			return slices.ContainsFunc(lockFrames, func(p string) bool { return strings.HasPrefix(line, p) })
+			return slices.ContainsFunc(sub.frames(), func(p string) bool { return strings.HasPrefix(line, p) })
 		}) {
 			n++
 		}
@@ -42,24 +56,30 @@ func lockGoroutines() int {
 	return n
 }
 
-// lockGoroutinesAtMost waits (up to 200 ms) until at most n lock
-// goroutines run and returns the last count: a goroutine that has signalled
-// its owner (wg.Done in a defer) still shows its frames until it returns.
-func lockGoroutinesAtMost(n int) int { return lockGoroutinesWithin(n, 200*time.Millisecond) }
+// lockGoroutinesAtMost waits (up to 200 ms) until at most n goroutines of
+// the lock sub run and returns the last count: a goroutine that has
+// signalled its owner (wg.Done in a defer) still shows its frames until it
+// returns.
+func lockGoroutinesAtMost(sub *subject, n int) int {
+	return lockGoroutinesWithin(sub, n, 200*time.Millisecond)
+}
 
 // lockGoroutinesWithin is lockGoroutinesAtMost waiting up to d.
-func lockGoroutinesWithin(n int, d time.Duration) int {
-	got := lockGoroutines()
+func lockGoroutinesWithin(sub *subject, n int, d time.Duration) int {
+	got := lockGoroutines(sub)
 	for i := 0; i < int(d/(10*time.Millisecond)) && got > n; i++ {
 		time.Sleep(10 * time.Millisecond)
-		got = lockGoroutines()
+		got = lockGoroutines(sub)
 	}
 	return got
 }
 
 // S9: S8's restart with fencing on: the fence counter is lost with the
 // key, so the next holder's fence can equal (or trail) the previous one's.
-func TestS09RestartFencing(t *testing.T) { restartFencing(t, library) }
+func TestS09RestartFencing(t *testing.T) {
+	admit(t, light)
+	restartFencing(t, library)
+}
 
 func restartFencing(t *testing.T, sub *subject) {
 	for _, v := range []struct{ name, kind, expected string }{
@@ -147,7 +167,10 @@ func libFencedReplay(t *testing.T, e *env, bFence, aFence int64) (bOK, aOK bool)
 }
 
 // S11: the holder pauses past its TTL inside the critical section.
-func TestS11ClientPause(t *testing.T) { clientPause(t, library) }
+func TestS11ClientPause(t *testing.T) {
+	admit(t, light)
+	clientPause(t, library)
+}
 
 func clientPause(t *testing.T, sub *subject) {
 	const ttl = 300 * time.Millisecond
@@ -324,7 +347,10 @@ func clientPause(t *testing.T, sub *subject) {
 }
 
 // S12: Do's watchdog while a majority stalls mid-lock.
-func TestS12WatchdogUnderFaults(t *testing.T) { watchdogs(t, library) }
+func TestS12WatchdogUnderFaults(t *testing.T) {
+	admit(t, light)
+	watchdogs(t, library)
+}
 
 func watchdogs(t *testing.T, sub *subject) {
 	t.Run("suite-clients", func(t *testing.T) {
@@ -441,10 +467,10 @@ func watchdogUnderFaults(t *testing.T, r *row, adjust func(*redis.Options)) {
 	e := newEnv(t, r.sub, 5, nil)
 	ms := e.mastersWith("", adjust)
 	warm(t, ms, 4)
-	before := lockGoroutines()
+	before := lockGoroutines(r.sub)
 	c := e.lockClient(ms)
 	const ttl = time.Second
-	idle := lockGoroutines()
+	idle := lockGoroutines(r.sub)
 	var stopAt, cancelAt time.Time
 	var cause error
 	start := time.Now()
@@ -464,9 +490,9 @@ func watchdogUnderFaults(t *testing.T, r *row, adjust func(*redis.Options)) {
 	e.cont(0, 1, 2)
 	// The Client's wake subscriptions, which a watchdog keeps, linger 2s
 	// after its last use.
-	afterDo := lockGoroutinesWithin(idle, 2500*time.Millisecond)
+	afterDo := lockGoroutinesWithin(r.sub, idle, 2500*time.Millisecond)
 	c.Close()
-	afterClose := lockGoroutinesAtMost(before)
+	afterClose := lockGoroutinesAtMost(r.sub, before)
 	r.set("cancelled_after_stop", cancelAt.Sub(stopAt))
 	r.set("do_returned_after_cancel", returned.Sub(cancelAt))
 	r.set("fn_ran", cancelAt.Sub(start))
@@ -484,7 +510,10 @@ func watchdogUnderFaults(t *testing.T, r *row, adjust func(*redis.Options)) {
 }
 
 // S14: the holder's process dies (SIGKILL) mid-work under Do.
-func TestS14HolderCrash(t *testing.T) { holderCrash(t, library) }
+func TestS14HolderCrash(t *testing.T) {
+	admit(t, light)
+	holderCrash(t, library)
+}
 
 func holderCrash(t *testing.T, sub *subject) {
 	r := newRow(t, sub, "S14 holder-crash", "MUST", "worker process under Do SIGKILLed mid-work",
@@ -601,7 +630,10 @@ func (h *holder) next(prefix string, d time.Duration) (line, bool) {
 
 // S1 with Do: workers take the hot key through Do (watchdog on), each
 // critical section a lost-update increment.
-func TestS01HotKeyDo(t *testing.T) { hotKeyDo(t, library) }
+func TestS01HotKeyDo(t *testing.T) {
+	admit(t, alone)
+	hotKeyDo(t, library)
+}
 
 func hotKeyDo(t *testing.T, sub *subject) {
 	r := newRow(t, sub, "S1 hot-key/do-32", "MUST", "none; N=5, 32 workers, one key, through Do, each holds 1ms", "cs=lost=0")

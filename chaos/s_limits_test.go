@@ -110,7 +110,10 @@ func (rr raceResult) report(r *row) LedgerStats {
 
 // S8: master 2 restarts empty while A holds {0,1,2}; mitigations: a
 // restart delayed past the TTL, and AOF (appendfsync always).
-func TestS08RestartNoPersistence(t *testing.T) { restartNoPersistence(t, library) }
+func TestS08RestartNoPersistence(t *testing.T) {
+	admit(t, light)
+	restartNoPersistence(t, library)
+}
 
 func restartNoPersistence(t *testing.T, sub *subject) {
 	const ttl = 1500 * time.Millisecond
@@ -158,7 +161,10 @@ func restartNoPersistence(t *testing.T, sub *subject) {
 }
 
 // S10: one master's wall clock jumps or runs fast (LD_PRELOAD shim).
-func TestS10ClockOneMaster(t *testing.T) { clockOneMaster(t, library) }
+func TestS10ClockOneMaster(t *testing.T) {
+	admit(t, light)
+	clockOneMaster(t, library)
+}
 
 func clockOneMaster(t *testing.T, sub *subject) {
 	t.Run("jump", func(t *testing.T) {
@@ -267,7 +273,10 @@ func clockOneMaster(t *testing.T, sub *subject) {
 
 // S13: NewSingle under a stalled server, latency, and a restart without
 // persistence.
-func TestS13SingleInstance(t *testing.T) { singleInstance(t, library) }
+func TestS13SingleInstance(t *testing.T) {
+	admit(t, light)
+	singleInstance(t, library)
+}
 
 func singleInstance(t *testing.T, sub *subject) {
 	const ttl = time.Second
@@ -314,6 +323,13 @@ func singleInstance(t *testing.T, sub *subject) {
 		const L = 20 * time.Millisecond
 		r := newRow(t, sub, "S13 single-instance/latency", "MUST", "NewSingle; latency 20ms (node timeout 50ms)",
 			"Obtain, Extend, Release ok; validity <= ttl-L-drift")
+		if sub.mutant == "" {
+			// The first Obtain takes two round trips (the lane learns its
+			// connection's ID first), a few ms inside the node timeout, and
+			// when it misses, every later Obtain of this Client misses too:
+			// nothing runs beside this row (schedule_test.go).
+			t.Cleanup(sched.own())
+		}
 		e := newEnv(t, sub, 1, nil)
 		ms := e.masters("w")
 		warm(t, ms, 4)
@@ -397,7 +413,10 @@ func (e *env) tokenCount(key, token string) int {
 // TestS08Extend: Extend after masters restarted empty re-takes the vanished
 // keys (the library's Extend promises it), and a lapsed lock is never
 // revived.
-func TestS08Extend(t *testing.T) { extendAfterRestart(t, library) }
+func TestS08Extend(t *testing.T) {
+	admit(t, light)
+	extendAfterRestart(t, library)
+}
 
 func extendAfterRestart(t *testing.T, sub *subject) {
 	t.Run("retakes-vanished", func(t *testing.T) {

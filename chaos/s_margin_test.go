@@ -15,7 +15,10 @@ import (
 // margin and two of its own, when its network to a majority is cut; B
 // polls for each key. A's work must be told at least the margin before B
 // first obtains the key.
-func TestS24CancelMargin(t *testing.T) { cancelMarginScenario(t, library) }
+func TestS24CancelMargin(t *testing.T) {
+	admit(t, alone)
+	cancelMarginScenario(t, library)
+}
 
 func cancelMarginScenario(t *testing.T, sub *subject) {
 	const ttl = 2 * time.Second

@@ -14,7 +14,10 @@ import (
 
 // S6: the replies of 2/5 masters are lost (their SET lands, the client
 // never hears back); variant: the requests are lost instead.
-func TestS06ReplyLost(t *testing.T) { replyLost(t, library) }
+func TestS06ReplyLost(t *testing.T) {
+	admit(t, light)
+	replyLost(t, library)
+}
 
 func replyLost(t *testing.T, sub *subject) {
 	for _, stream := range []string{"downstream", "upstream"} {
@@ -122,7 +125,10 @@ func replyLost(t *testing.T, sub *subject) {
 }
 
 // S7: latency on 2/5 or 3/5 masters, swept below and above the node timeout.
-func TestS07SlowNetwork(t *testing.T) { slowNetwork(t, library) }
+func TestS07SlowNetwork(t *testing.T) {
+	admit(t, alone)
+	slowNetwork(t, library)
+}
 
 func slowNetwork(t *testing.T, sub *subject) {
 	e := newEnv(t, sub, 5, nil)

@@ -201,7 +201,10 @@ func (e *failoverEnv) failoverClient() *redis.Client {
 
 // TestS16ReplicaFailover: NewSingle over a Sentinel-managed master whose
 // replica misses the lock key, then is promoted.
-func TestS16ReplicaFailover(t *testing.T) { replicaFailover(t, library) }
+func TestS16ReplicaFailover(t *testing.T) {
+	admit(t, light)
+	replicaFailover(t, library)
+}
 
 func replicaFailover(t *testing.T, sub *subject) {
 	const ttl = 8 * time.Second
@@ -343,7 +346,10 @@ const heardBound = time.Second
 // or its work told, within heardBound of the promotion: the new master is
 // where a replica that missed the key, or a lagging one, would let another
 // Client in.
-func TestS21FailoverOldMasterUp(t *testing.T) { failoverOldMasterUp(t, library) }
+func TestS21FailoverOldMasterUp(t *testing.T) {
+	admit(t, light)
+	failoverOldMasterUp(t, library)
+}
 
 func failoverOldMasterUp(t *testing.T, sub *subject) {
 	const ttl, every = 30 * time.Second, 9 * time.Second

@@ -21,7 +21,10 @@ var overlappingSets = [][]string{
 // lost-update counter), and every worker must keep getting its set: with
 // two sets each holding a key the other waits for, both would stall until
 // their contexts end.
-func TestS17OverlappingSets(t *testing.T) { overlappingSetsScenario(t, library) }
+func TestS17OverlappingSets(t *testing.T) {
+	admit(t, light)
+	overlappingSetsScenario(t, library)
+}
 
 func overlappingSetsScenario(t *testing.T, sub *subject) {
 	for _, v := range []struct {

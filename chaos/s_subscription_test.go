@@ -163,7 +163,10 @@ func (p *holdProxy) pipe(dst, src net.Conn, up bool) {
 // hear that its subscription is not on the master its requests reach, and
 // renew at once (its work told, the key being another's), within
 // heardBound of the heal: not at its next renewal, a third of the TTL later.
-func TestS23PartitionedSubscription(t *testing.T) { partitionedSubscription(t, library) }
+func TestS23PartitionedSubscription(t *testing.T) {
+	admit(t, light)
+	partitionedSubscription(t, library)
+}
 
 func partitionedSubscription(t *testing.T, sub *subject) {
 	const ttl, every = 30 * time.Second, 9 * time.Second

@@ -182,7 +182,10 @@ func (e *env) noKeysLeft(r *row) {
 // S18: the wake subscriptions are killed (CLIENT KILL TYPE pubsub) just
 // before the holder releases, so that release is published to nobody, and
 // again every 100ms while 50 waiters hand the lock on.
-func TestS18WaitSubscriptionKilled(t *testing.T) { waitSubscriptionKilled(t, library) }
+func TestS18WaitSubscriptionKilled(t *testing.T) {
+	admit(t, light)
+	waitSubscriptionKilled(t, library)
+}
 
 func waitSubscriptionKilled(t *testing.T, sub *subject) {
 	waitRows(t, sub, "S18 wait-pubsub-killed", "CLIENT KILL TYPE pubsub on every master before the holder's release, then every 100ms", nil,
@@ -252,7 +255,10 @@ func firstErr(errs []error) error {
 // S19: a holder process is SIGKILLed while 50 waiters wait: no release
 // announces the key's end, it expires. The waiters never sleep past the
 // key's expiry.
-func TestS19WaitHolderCrash(t *testing.T) { waitHolderCrash(t, library) }
+func TestS19WaitHolderCrash(t *testing.T) {
+	admit(t, light)
+	waitHolderCrash(t, library)
+}
 
 func waitHolderCrash(t *testing.T, sub *subject) {
 	r := newRow(t, sub, "S19 wait-holder-crash", "MUST",
@@ -279,7 +285,10 @@ func waitHolderCrash(t *testing.T, sub *subject) {
 // survive) while 50 waiters wait, and the holder releases as soon as the
 // masters are back: before the waiters' subscriptions are, so its release
 // is published to nobody.
-func TestS20WaitMasterRestart(t *testing.T) { waitMasterRestart(t, library) }
+func TestS20WaitMasterRestart(t *testing.T) {
+	admit(t, light)
+	waitMasterRestart(t, library)
+}
 
 func waitMasterRestart(t *testing.T, sub *subject) {
 	waitRows(t, sub, "S20 wait-master-restart", "AOF; every master SIGKILLed and restarted, the holder releases as soon as they answer",
@@ -330,7 +339,10 @@ func gateOf(addrs []string, full string) int {
 // master holds the stray; the one the waiters ask first (the gate) must
 // not hold them off for the stray's TTL. The stray goes on each master in
 // turn, one key each.
-func TestS22WaitStrayMinorityKey(t *testing.T) { waitStrayMinorityKey(t, library) }
+func TestS22WaitStrayMinorityKey(t *testing.T) {
+	admit(t, light)
+	waitStrayMinorityKey(t, library)
+}
 
 func waitStrayMinorityKey(t *testing.T, sub *subject) {
 	const (
