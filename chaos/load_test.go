@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -285,4 +286,32 @@ func mustSafe(r *row, st LedgerStats, c *Counter) {
 	if c != nil {
 		r.must(c.Lost() == 0, "lost_updates=%d, want 0", c.Lost())
 	}
+}
+
+// untilOverlap returns a context that ends once ledger holds two holders
+// of one key at once, on the row of a mutation check that expects that
+// ("cs_overlaps="): the check has failed, and the rest of the run would
+// only repeat it. On any other row it ends with stop.
+func untilOverlap(r *row, ledger *Ledger) (ctx context.Context, stop func()) {
+	ctx, stop = context.WithCancel(context.Background())
+	if r.Mutant == "" || !strings.Contains(r.sub.expect, "cs_overlaps=") {
+		return ctx, stop
+	}
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if ledger.Stats().CSOverlaps > 0 {
+				r.note("the run stopped at its first overlap: the check failed")
+				stop()
+				return
+			}
+		}
+	}()
+	return ctx, stop
 }

@@ -81,7 +81,9 @@ func hotKey64(t *testing.T, sub *subject) {
 			l := &load{c: c, key: "hot", ttl: time.Second, workers: v.workers, dur: v.dur,
 				retry: 5 * time.Millisecond, obtainTimeout: time.Second, hold: time.Millisecond,
 				counter: &Counter{}, ledger: &Ledger{}, fenced: true, res: &FencedResource{}}
-			s := l.run(context.Background())
+			ctx, stop := untilOverlap(r, l.ledger)
+			s := l.run(ctx)
+			stop()
 			s.report(r)
 			r.set("max_wait", s.maxWait)
 			st := safety(r, l.ledger, l.counter, l.res)

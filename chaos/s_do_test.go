@@ -644,10 +644,12 @@ func hotKeyDo(t *testing.T, sub *subject) {
 	var tries, done, notObtained int
 	var other []string
 	deadline := time.Now().Add(2 * time.Second)
+	run, stop := untilOverlap(r, ledger)
+	defer stop()
 	var wg sync.WaitGroup
 	for w := range 32 {
 		wg.Go(func() {
-			for i := 0; i < 1000 && time.Now().Before(deadline); i++ {
+			for i := 0; i < 1000 && time.Now().Before(deadline) && run.Err() == nil; i++ {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				err := c.Do(ctx, "hot", time.Second, func(ctx context.Context) error {
 					start := time.Now()
