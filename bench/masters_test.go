@@ -34,8 +34,8 @@ func TestExternalMasters(t *testing.T) {
 	if err := clients[1].Set(ctx, "redlock-benchmarks", "w", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	opts := func() options {
-		o := options{masterSpecs: strings.Join(addrs, ","), prefix: "redlock-bench:", cells: "^n1-g1-uncontended$|^n3-g16-contended$",
+	opts := func(cells, contenders string) options {
+		o := options{masterSpecs: strings.Join(addrs, ","), prefix: "redlock-bench:", cells: cells, contenders: contenders,
 			ttl: 10 * time.Second, duration: 200 * time.Millisecond, repeats: 1, warmup: -1, hold: -1, out: t.TempDir()}
 		if err := o.finish(""); err != nil {
 			t.Fatal(err)
@@ -70,10 +70,29 @@ func TestExternalMasters(t *testing.T) {
 		return keys
 	}
 
-	o := opts()
-	code, err := run(ctx, o)
-	if err != nil || code != 0 {
+	// A run on masters without keys under the prefix: one contender in
+	// one cell (every contender runs beside another run's key below).
+	if code, err := run(ctx, opts("^n1-g1-uncontended$", "^redlock$")); err != nil || code != 0 {
 		t.Fatalf("run: %d, %v", code, err)
+	}
+	check("after a run")
+	if keys := ownKeys(); len(keys) > 0 {
+		t.Errorf("keys left behind: %q", keys)
+	}
+
+	// Another run's key under the prefix: refused, and the key stays.
+	cells := "^n1-g1-uncontended$|^n3-g16-contended$"
+	if err := clients[2].Set(ctx, "redlock-bench:0badc0de:7:u0:1", "theirs", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, err := run(ctx, opts(cells, ""))
+	if code != 2 || err == nil || !strings.Contains(err.Error(), "-allow-existing-keys") {
+		t.Errorf("run beside another run's keys: %d, %v; want a refusal", code, err)
+	}
+	o := opts(cells, "")
+	o.allowExisting = true
+	if code, err := run(ctx, o); err != nil || code != 0 {
+		t.Fatalf("run with -allow-existing-keys: %d, %v", code, err)
 	}
 	// Every contender made cycles and no error (allocations are not
 	// checked: -race changes them).
@@ -92,29 +111,20 @@ func TestExternalMasters(t *testing.T) {
 		t.Errorf("report: %d cells, meta %+v", len(rep.Cells), rep.Meta)
 	}
 	for _, cr := range rep.Cells {
+		want := 0
+		for _, c := range contenders {
+			if c.supports(cell{N: cr.N, G: cr.G, Contended: cr.Contended, HotKeys: cr.HotKeys}) {
+				want++
+			}
+		}
+		if len(cr.Contenders) != want {
+			t.Errorf("%s: %d contenders ran, want all %d", cr.Name, len(cr.Contenders), want)
+		}
 		for _, s := range cr.Contenders {
 			if s.Cycles == 0 || s.Errors > 0 {
 				t.Errorf("%s %s: %d cycles, %d errors (%s)", cr.Name, s.Name, s.Cycles, s.Errors, s.FirstErr)
 			}
 		}
-	}
-	check("after a run")
-	if keys := ownKeys(); len(keys) > 0 {
-		t.Errorf("keys left behind: %q", keys)
-	}
-
-	// Another run's key under the prefix: refused, and the key stays.
-	if err := clients[2].Set(ctx, "redlock-bench:0badc0de:7:u0:1", "theirs", time.Hour).Err(); err != nil {
-		t.Fatal(err)
-	}
-	code, err = run(ctx, opts())
-	if code != 2 || err == nil || !strings.Contains(err.Error(), "-allow-existing-keys") {
-		t.Errorf("run beside another run's keys: %d, %v; want a refusal", code, err)
-	}
-	o = opts()
-	o.allowExisting = true
-	if code, err := run(ctx, o); err != nil || code != 0 {
-		t.Fatalf("run with -allow-existing-keys: %d, %v", code, err)
 	}
 	check("after a run beside another's keys")
 	if keys := ownKeys(); len(keys) != 1 || keys[0] != "redlock-bench:0badc0de:7:u0:1" {

@@ -76,11 +76,16 @@ func brokenSpec(name string, masters func(int) bool, c func() contender) contend
 	return contenderSpec{Name: name, Kind: kindBaseline, Masters: masters, New: c}
 }
 
-// smokeOf runs specs in cells over ep as a smoke run would (short, one
-// repeat, holders holding) and returns the smoke checks' problems.
+// smokeOf runs specs in cells over ep as a smoke run does (-smoke's
+// duration, warmup and hold; one repeat) and returns the smoke checks'
+// problems.
 func smokeOf(t *testing.T, ep *endpoints, specs []contenderSpec, cells []cell) []string {
 	t.Helper()
-	cfg := runConfig{Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, TTL: 10 * time.Second, Hold: 100 * time.Microsecond, Flush: true}
+	o := options{smoke: true, prefix: "test:", warmup: -1, hold: -1}
+	if err := o.finish(""); err != nil {
+		t.Fatal(err)
+	}
+	cfg := runConfig{Duration: o.duration, Warmup: o.warmup, TTL: 10 * time.Second, Hold: o.hold, Flush: true}
 	r := &report{Meta: meta{Hold: cfg.Hold.String()}}
 	for _, s := range specs {
 		r.order = append(r.order, s.Name)
