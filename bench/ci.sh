@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI smoke run of the benchmark harness (scripts/test.sh runs it after go test):
-# every cell for 300ms, one repeat, the first added latency only, then 200
+# every cell for 150ms, one repeat, the first added latency only, then 200
 # locks held under KeepAlive for 1s at 1 and 3 masters. It asserts
 # no timings: it fails on any error (a peer library's are noted, not failed:
 # they are the peer's), any attempt refused on a fresh key, any

@@ -21,6 +21,9 @@ type goalResult struct {
 // cell (one goroutine: every cycle pays its own way).
 var allocTargets = map[string]float64{"n1-g1-uncontended": 10, "n5-g1-uncontended": 30}
 
+// allocChecked are the contenders held to allocTargets.
+var allocChecked = []string{subject, "redlock-single"}
+
 const (
 	allocGoal    = "allocations per cycle"
 	autopipeline = "goredis-autopipeline"
@@ -89,7 +92,7 @@ func checkGoals(r *report) []goalResult {
 			out = append(out, goalResult{"zero overlapping holders (each lock held " + r.Meta.Hold + ")", "n5-g64-contended", subject, fmt.Sprint(s.Overlaps), "0", s.Overlaps == 0})
 		}
 	}
-	for _, who := range []string{subject, "redlock-single"} {
+	for _, who := range allocChecked {
 		for _, cell := range slices.Sorted(maps.Keys(allocTargets)) {
 			most := allocTargets[cell]
 			if s := find(cell, who); s != nil && s.Cycles > 0 {

@@ -370,8 +370,8 @@ func run(ctx context.Context, o options) (int, error) {
 					return 1, err
 				}
 				ccfg := cfg
-				if _, ok := allocTargets[cl.Name()]; ok && o.smoke {
-					// Where allocations are counted, the lanes settle first.
+				if _, ok := allocTargets[cl.Name()]; ok && o.smoke && slices.Contains(allocChecked, c.Name) {
+					// Where allocations are checked, the lanes settle first.
 					ccfg.Warmup = max(ccfg.Warmup, 200*time.Millisecond)
 				}
 				r, err := runOne(ctx, ep, c, cl, ccfg, nextPrefix())
