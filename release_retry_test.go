@@ -177,7 +177,13 @@ func TestRetriedReleaseReportsALossOnAMasterNeverHeardFrom(t *testing.T) {
 	servers, clients, a := cluster(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
 	scripts := scriptsRanOn(clients[1:]...)
 	takeDown(t, "frozen", servers[2])
+	sent := time.Now()
 	l := obtain(t, a, "k", time.Minute)
+	// A's request to master 2 waits in its socket until its node timeout:
+	// a restart before then closes the connection, and A's lane sends the
+	// request again to the new process (safe to run twice), which then
+	// holds A's key.
+	time.Sleep(time.Until(sent.Add(200*time.Millisecond + 50*time.Millisecond)))
 	overlapAfterRestarts(t, servers, "k", servers[1:]...) // A's key is lost on master 1; master 2 never had it
 	ran := ranNow(scripts)
 	first := releaseThroughAFreeze(t, l, servers[1:]...)
