@@ -177,9 +177,9 @@ func (d renewalBacklogLimit) apply(c *config) { c.backlog, c.backlogSet = time.D
 // WithRenewalBacklogLimit bounds how far behind the Client's watchdogs may
 // fall before it takes no more locks: while the renewal a watchdog last
 // began was more than d past its time (see [BacklogEvent]), Obtain (and
-// Do, DoMulti) fails at
-// once, without asking the masters, with an error matching
-// [ErrRenewalsLate] and [ErrNotObtained], and never [ErrUnavailable]: the
+// Do, DoMulti) fails at once, without asking the masters, with an error
+// matching [ErrRenewalsLate] and [ErrNotObtained], and never
+// [ErrUnavailable]: the
 // masters are not at fault, the Client is overloaded (more locks held
 // than its CPU renews in time). A new lock would only add renewals it
 // cannot make, and each late renewal brings its lock nearer to being given

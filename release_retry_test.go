@@ -174,7 +174,8 @@ func TestReleaseUnansweredAfterARestartReportsTheLoss(t *testing.T) {
 // 2's empty key as deleted by the first.
 func TestRetriedReleaseReportsALossOnAMasterNeverHeardFrom(t *testing.T) {
 	ctx := context.Background()
-	servers, clients, a := cluster(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
+	const timeout = 200 * time.Millisecond
+	servers, clients, a := cluster(t, 3, redlock.WithNodeTimeout(timeout))
 	scripts := scriptsRanOn(clients[1:]...)
 	takeDown(t, "frozen", servers[2])
 	sent := time.Now()
@@ -183,7 +184,7 @@ func TestRetriedReleaseReportsALossOnAMasterNeverHeardFrom(t *testing.T) {
 	// a restart before then closes the connection, and A's lane sends the
 	// request again to the new process (safe to run twice), which then
 	// holds A's key.
-	time.Sleep(time.Until(sent.Add(200*time.Millisecond + 50*time.Millisecond)))
+	time.Sleep(time.Until(sent.Add(timeout + 50*time.Millisecond)))
 	overlapAfterRestarts(t, servers, "k", servers[1:]...) // A's key is lost on master 1; master 2 never had it
 	ran := ranNow(scripts)
 	first := releaseThroughAFreeze(t, l, servers[1:]...)

@@ -162,10 +162,9 @@ func (w *watchdog) arm(now time.Time, d time.Duration) { w.due = now.Add(d) }
 // (TestABacklogIsToldBeforeALockIsGivenUp). The first renewal is on the
 // grid as the others are (TestTheFirstRenewalAfterKeepAliveIsOnTheGrid).
 func (w *watchdog) lateAt(now time.Time) time.Duration {
-	due, epoch := w.due, w.l.c.epoch
-	if g := renewGrid(w.every); g > 0 && due.Sub(epoch) == w.sched/g*g {
-		last := epoch.Add(time.Duration(w.l.until.Load()) - w.tell - w.margin)
-		due = due.Add(max(0, min(g, last.Sub(due))))
+	due := w.due
+	if g := renewGrid(w.every); g > 0 && due.Sub(w.l.c.epoch) == w.sched/g*g {
+		due = due.Add(max(0, min(g, w.leeway(due))))
 	}
 	return now.Sub(due)
 }
@@ -197,7 +196,14 @@ func (w *watchdog) again(v time.Duration, owed bool) {
 // timeout, a third of the validity at most) before the validity is down
 // to the cancel margin.
 func (w *watchdog) wait(now time.Time, d time.Duration) time.Duration {
-	return max(0, min(d, w.l.validityAt(now)-w.tell-w.margin))
+	return max(0, min(d, w.leeway(now)))
+}
+
+// leeway is the time from at to the last moment a renewal can begin with
+// its whole margin before the validity is down to the cancel margin;
+// negative past it.
+func (w *watchdog) leeway(at time.Time) time.Duration {
+	return w.l.validityAt(at) - w.tell - w.margin
 }
 
 // The renewal grid. A watchdog's renewals fall on a grid of times (since
