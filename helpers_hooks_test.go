@@ -252,6 +252,7 @@ func (w *waitCounter) get() (waits, cmds, kills int) {
 type releases struct {
 	mu     sync.Mutex
 	tokens []string
+	at     []time.Time // when each of tokens' Releases was sent
 }
 
 func (h *releases) note(cmds ...redis.Cmder) {
@@ -261,6 +262,7 @@ func (h *releases) note(cmds ...redis.Cmder) {
 		a := c.Args()
 		if len(a) == 5 && (a[0] == "evalsha" || a[0] == "eval") && a[3] == "k" {
 			h.tokens = append(h.tokens, fmt.Sprint(a[4]))
+			h.at = append(h.at, time.Now())
 		}
 	}
 }

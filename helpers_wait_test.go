@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -386,6 +387,7 @@ type herdRun struct {
 	locks map[string]bool // the tokens of the locks obtained
 	fails int             // waiters that did not get the lock
 	last  time.Time       // when the last lock was obtained
+	at    []time.Time     // when each lock was obtained
 }
 
 // waitInHerd starts a waiting Obtain of "k" with each of cs, under ctx;
@@ -400,6 +402,7 @@ func waitInHerd(ctx context.Context, cs []*redlock.Client, hold time.Duration) *
 				r.fails++
 			} else {
 				r.last = time.Now()
+				r.at = append(r.at, r.last)
 				r.locks[l.Token()] = true
 			}
 			r.mu.Unlock()
@@ -423,6 +426,44 @@ func (r *herdRun) wait(hook *releases) (fails, undone int) {
 		}
 	}
 	return r.fails, undone
+}
+
+// undoneBy returns how many tokens that never became a lock hook saw
+// released: grants undone, on the masters hook watches.
+func (r *herdRun) undoneBy(hook *releases) int {
+	undone := map[string]bool{}
+	for _, tok := range hook.get() {
+		if !r.locks[tok] {
+			undone[tok] = true
+		}
+	}
+	return len(undone)
+}
+
+// timeline tells, from from on, when each lock was obtained and each
+// Release of a token that never became a lock was sent.
+func (r *herdRun) timeline(hook *releases, from time.Time) string {
+	type ev struct {
+		at   time.Duration
+		what string
+	}
+	var evs []ev
+	for _, at := range r.at {
+		evs = append(evs, ev{at.Sub(from), "obtained"})
+	}
+	hook.mu.Lock()
+	for i, tok := range hook.tokens {
+		if !r.locks[tok] {
+			evs = append(evs, ev{hook.at[i].Sub(from), "undo " + tok[:6]})
+		}
+	}
+	hook.mu.Unlock()
+	slices.SortFunc(evs, func(a, b ev) int { return cmp.Compare(a.at, b.at) })
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "\n  %8v %s", e.at.Round(100*time.Microsecond), e.what)
+	}
+	return b.String()
 }
 
 // attachedHandOver is a hand-over on 4 masters: Client A, whose path to
