@@ -40,9 +40,11 @@ package redlock
 //     TestWaiterPastAStrayKeyLandedOnTheGateAfterItAnnounced,
 //     TestHerdWokenTogetherDoesNotSplitTheMasters,
 //     TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters); once the
-//     gate's key is a node timeout old when the waiter does not lead, so
-//     that a slow winner of the gate has taken the others first
-//     (gateSettles; TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow).
+//     gate's key is a node timeout old when the waiter does not lead, or
+//     leads and finds the gate's key younger than that, so that a slow
+//     winner of the gate has taken the others first (gateSettles;
+//     TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow,
+//     TestTheTurnsLeadLetsAFreshGatesWinnerTakeTheOthers).
 //   - Close ends every wait with ErrClosed (TestWaitClose).
 
 import (
@@ -302,12 +304,16 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 	// Release that never reached it): the waiter then asks every master,
 	// so a minority of masters cannot keep it from a lock a quorum can
 	// grant (TestWaiterObtainsPastAStrayKeyOnTheGate,
-	// TestWaiterPastAStrayKeyWithoutWakeUps). At once when it leads: its
+	// TestWaiterPastAStrayKeyWithoutWakeUps). At once when it leads (its
 	// turn on enough masters, or on the first of the masters that
-	// announced; otherwise after gateSettles, so that the waiter that won
-	// the gate, or the one that leads, has taken the others first and the
-	// masters are not split between waiters woken together
-	// (TestHerdWokenTogetherDoesNotSplitTheMasters). last is the error of
+	// announced) and the gate's key reads a node timeout old or more;
+	// otherwise after gateSettles (a turnWait more when it does not lead),
+	// so that the waiter that won the gate, or the one that leads, has
+	// taken the others first and the masters are not split between waiters
+	// woken together (TestHerdWokenTogetherDoesNotSplitTheMasters,
+	// TestTheTurnsLeadLetsAFreshGatesWinnerTakeTheOthers). A plain SET
+	// refused there reads no age: the gate is asked again, with the
+	// script, first. last is the error of
 	// the last attempt, each master's entry its last real answer: a
 	// gate's refusal alone updates the gate's.
 	gate, first := -1, c.gateOf(full)
@@ -332,6 +338,10 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 	// together right after a release that all asked every master at once
 	// would split the masters (TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
 	var seen uint64
+	// readGate: the gate refused a plain SET, which reads no PTTL, when it
+	// was suspect: the next ask goes to the gate with the script, which
+	// reads it, before any ask of every master (see askAll below).
+	var readGate bool
 	var last error
 	again := "" // the turn of an ask refused and made again at once: ready cleared its carry
 	for n = 1; ; n++ {
@@ -340,7 +350,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 			turn = again // the queue this Client's turn carries stays (TestWaitersPastAStrayKeyHandTheLockOn)
 		}
 		again = ""
-		woken := c.freed(released, from, need)
+		woken := c.freed(released, from, need) || readGate // the plain ask's wake-up carries over
 		heard |= announced
 		// A quorum should be free: this Client's turn on enough masters,
 		// the PTTLs of the last ask of every master passed, or a quorum
@@ -353,7 +363,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 		seen = confirmed
 		due := woken || others || fresh || !time.Now().Before(quorumFree)
 		lead := woken || others && released&announced&-announced != 0 // the turn on the first that announced
-		plain := !c.cfg.fencing && (n == 1 && optimistic || woken)
+		plain := !c.cfg.fencing && (n == 1 && optimistic || woken) && !readGate
 		asked := gate
 		if askAll && (gate < 0 || announced&bit(gate) == 0) {
 			// Not when the gate announced a release meanwhile: it holds
@@ -362,7 +372,7 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 			// (TestHerdWokenTogetherDoesNotSplitTheMasters).
 			asked = -1
 		}
-		askAll = false
+		askAll, readGate = false, false
 		start := time.Now()
 		lock, res, err := c.try(ctx, tryArgs{key: key, ttl: ttl, token: newToken(tail), turn: turn, plain: plain, gate: asked})
 		wait, blocked := res.wait, res.blocked
@@ -411,17 +421,31 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 			// the masters (TestHerdWokenTogetherDoesNotSplitTheMasters).
 			due = false
 		}
-		if atGate && due && announced&bit(asked) == 0 {
+		if atGate && due && announced&bit(asked) == 0 && plain {
+			// Suspect, but its key's age unknown: ask the gate again, with
+			// the script.
+			readGate = true
+		} else if atGate && due && announced&bit(asked) == 0 {
 			// Not when the gate announced a release in this wake-up: it
 			// was taken since, by a waiter woken with it, not a stray
 			// (TestHerdWokenTogetherDoesNotSplitTheMasters).
 			askAll = true
-			if !lead {
+			if age := ttl - wait; !lead || age >= 0 && age < timeout {
 				// A confirmation meanwhile does not cut it short: the ask
 				// after it reads every master anyway, and one made before
 				// the gate's winner took the others would split the masters
 				// (TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
-				timer.Reset(gateSettles(ttl, wait, timeout))
+				// The lead waits too while the gate's key is younger than a
+				// node timeout: another Client's waiter may have taken the
+				// gate a moment before the lead asked it
+				// (TestTheTurnsLeadLetsAFreshGatesWinnerTakeTheOthers). The
+				// others wait a turnWait longer, so as not to ask every
+				// master at the lead's moment.
+				d := gateSettles(ttl, wait, timeout)
+				if !lead {
+					d += turnWait(timeout)
+				}
+				timer.Reset(d)
 				if cause := c.sleepOn(ctx, w, x, timer, 0, c.quorum, turnWait(timeout), false); cause != nil {
 					return nil, n, nil, wrapCause(err, cause)
 				}

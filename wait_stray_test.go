@@ -217,8 +217,10 @@ func TestHerdPastAStrayKeyOnTheGateDrains(t *testing.T) {
 // others and undoes its grant, once. The design accepts that cost (an
 // undo and another ask, never a second holder); a loaded machine shows it
 // up to once a round. A split of the herd undoes several at once (five in
-// a CI run before waiters waited for the gate's winner). A failed round
-// prints when each lock was obtained and each grant undone.
+// a CI run before waiters waited for the gate's winner; ten at the gate, on
+// a machine loaded on purpose, before the Client with the turn waited for
+// it too: TestTheTurnsLeadLetsAFreshGatesWinnerTakeTheOthers). A failed
+// round prints when each lock was obtained and each grant undone.
 func TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters(t *testing.T) {
 	herdConfirmedAfterTheRelease(t, 4, 0)
 }
@@ -502,5 +504,88 @@ func spare(t *testing.T, rdb *redis.Client, n int) {
 	}
 	for _, cn := range conns {
 		cn.Close()
+	}
+}
+
+// TestTheTurnsLeadLetsAFreshGatesWinnerTakeTheOthers: the Client whose
+// turn it is (L) asks late after the release (its requests to the gate
+// held 150ms), and another Client's waiter (G) takes the gate first and is
+// slow to ask the other masters (its requests there held 300ms, as a
+// loaded machine may hold them). L, refused at the gate a moment after G's
+// grant there, waits for the gate's key to be a node timeout old before it
+// asks every master, as a waiter without the turn does: G takes the
+// others and obtains first, and at most one grant is undone (see
+// TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters). An ask of every master
+// at once would take them from G, whose grant at the gate is then undone
+// (each holds the lock 400ms: L still holds them when G's requests come),
+// and the herd's next waiters would take and undo the gate in turn while
+// L holds the others.
+func TestTheTurnsLeadLetsAFreshGatesWinnerTakeTheOthers(t *testing.T) {
+	servers, clients, a := cluster(t, 3)
+	gate := redlock.GateOf(a, "k")
+	ctx := t.Context()
+	held := heldOnAll(t, a, clients)
+	hook := &releases{}
+	winners := &gateWinners{slow: 300 * time.Millisecond, granted: map[string]bool{}}
+	var late atomic.Bool // L's acquires at the gate are held 150ms, past G's turnWait
+	waiter := func(lead bool) *redlock.Client {
+		var own []redis.UniversalClient
+		for i, s := range servers {
+			rdb := clientOf(t, s)
+			rdb.AddHook(hook)
+			switch {
+			case lead && i == gate:
+				rdb.AddHook(cmdHook{before: func(cmds []redis.Cmder) {
+					if late.Load() && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return len(c.Args()) >= 6 && tokensOf(c) != nil }) {
+						time.Sleep(150 * time.Millisecond)
+					}
+				}})
+			case !lead:
+				rdb.AddHook(&gateWinnerHook{w: winners, gate: i == gate})
+			}
+			own = append(own, rdb)
+		}
+		c := newClient(t, own)
+		obtain(t, c, "warm", time.Second).Release(ctx)
+		return c
+	}
+	l, g := waiter(true), waiter(false)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	runL := waitInHerd(wctx, []*redlock.Client{l}, 400*time.Millisecond)
+	for _, m := range clients {
+		queuedN(t, m, "k", 1) // L's turn is first
+	}
+	runG := waitInHerd(wctx, []*redlock.Client{g}, 400*time.Millisecond)
+	for _, m := range clients {
+		queuedN(t, m, "k", 2)
+	}
+	subscribedAll(t, clients)
+	late.Store(true)
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	failsL, _ := runL.wait(hook)
+	failsG, _ := runG.wait(hook)
+	if failsL+failsG > 0 {
+		t.Fatalf("%d of 2 waiters did not get the lock within 10s", failsL+failsG)
+	}
+	var undone []string
+	for _, tok := range hook.get() {
+		if !runL.locks[tok] && !runG.locks[tok] && !slices.Contains(undone, tok) {
+			undone = append(undone, tok)
+		}
+	}
+	if winners.held() == 0 {
+		t.Fatal("G took the gate and was held at no other master: the test tests nothing")
+	}
+	if len(undone) > 1 { // one: a Release that announced on the gate first (TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters)
+		t.Errorf("%d grants undone: L took the other masters from the gate's winner (G obtained %v after the release, L %v)",
+			len(undone), runG.last.Sub(released).Round(time.Millisecond), runL.last.Sub(released).Round(time.Millisecond))
+	}
+	if !runG.last.Before(runL.last) {
+		t.Errorf("L obtained %v after the release, before the gate's winner G (%v)",
+			runL.last.Sub(released).Round(time.Millisecond), runG.last.Sub(released).Round(time.Millisecond))
 	}
 }
