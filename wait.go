@@ -68,21 +68,34 @@ func turnWait(timeout time.Duration) time.Duration {
 }
 
 // gateSettles is how long a waiter refused by a suspect gate waits before
-// it asks every master: turnWait, or longer while the gate's key (pttl
-// left of it) is younger than a node timeout. The gate's winner asks the
-// other masters within a node timeout of its grant there, and an ask of
-// every master before that ends would split them between it and the
-// waiter however slow a loaded machine makes the winner
-// (TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow). A stray key
-// is that old once the waiter has waited so: it costs a node timeout at
-// most. The key's age is read against the waiter's own ttl, the value
-// holding no TTL of its own: a winner whose TTL differs from the waiter's
-// by a node timeout or more looks old, and gets turnWait alone; a split
-// then costs an undo and another ask, never a second holder.
-func gateSettles(ttl, pttl, timeout time.Duration) time.Duration {
+// it asks every master (0: at once): turnWait, or longer while the gate's
+// key (pttl left of it) is younger than a node timeout, and a turnWait
+// more when it does not lead; the lead asks at once past a key a node
+// timeout old. The gate's winner asks the other masters within a node
+// timeout of its grant there, and an ask of every master before that ends
+// would split them between it and the waiter however slow a loaded
+// machine makes the winner (TestHerdDoesNotSplitTheMastersWhileTheGatesWinnerIsSlow),
+// the lead's too: another Client's waiter may have taken the gate a
+// moment before the lead asked it
+// (TestTheTurnsLeadLetsAFreshGatesWinnerTakeTheOthers). The others wait
+// the turnWait more so as not to ask every master at the lead's moment. A
+// stray key is that old once the waiter has waited so: it costs a node
+// timeout at most. The key's age is read against the waiter's own ttl,
+// the value holding no TTL of its own: a winner whose TTL differs from the
+// waiter's by a node timeout or more looks old; a split then costs an undo
+// and another ask, never a second holder.
+func gateSettles(ttl, pttl, timeout time.Duration, lead bool) time.Duration {
+	age := ttl - pttl
+	young := age >= 0 && age < timeout
+	if lead && !young {
+		return 0
+	}
 	d := turnWait(timeout)
-	if age := ttl - pttl; age >= 0 && age < timeout {
+	if young {
 		d = max(d, timeout-age+time.Millisecond)
+	}
+	if !lead {
+		d += turnWait(timeout)
 	}
 	return d
 }
@@ -421,30 +434,21 @@ func (c *Client) obtainWait(ctx context.Context, key string, ttl time.Duration, 
 			// the masters (TestHerdWokenTogetherDoesNotSplitTheMasters).
 			due = false
 		}
-		if atGate && due && announced&bit(asked) == 0 && plain {
-			// Suspect, but its key's age unknown: ask the gate again, with
-			// the script.
+		suspect := atGate && due && announced&bit(asked) == 0
+		switch {
+		case suspect && plain:
+			// Its key's age unknown: ask the gate again, with the script.
 			readGate = true
-		} else if atGate && due && announced&bit(asked) == 0 {
+		case suspect:
 			// Not when the gate announced a release in this wake-up: it
 			// was taken since, by a waiter woken with it, not a stray
 			// (TestHerdWokenTogetherDoesNotSplitTheMasters).
 			askAll = true
-			if age := ttl - wait; !lead || age >= 0 && age < timeout {
+			if d := gateSettles(ttl, wait, timeout, lead); d > 0 {
 				// A confirmation meanwhile does not cut it short: the ask
 				// after it reads every master anyway, and one made before
 				// the gate's winner took the others would split the masters
 				// (TestHerdConfirmedAfterTheReleaseDoesNotSplitTheMasters).
-				// The lead waits too while the gate's key is younger than a
-				// node timeout: another Client's waiter may have taken the
-				// gate a moment before the lead asked it
-				// (TestTheTurnsLeadLetsAFreshGatesWinnerTakeTheOthers). The
-				// others wait a turnWait longer, so as not to ask every
-				// master at the lead's moment.
-				d := gateSettles(ttl, wait, timeout)
-				if !lead {
-					d += turnWait(timeout)
-				}
 				timer.Reset(d)
 				if cause := c.sleepOn(ctx, w, x, timer, 0, c.quorum, turnWait(timeout), false); cause != nil {
 					return nil, n, nil, wrapCause(err, cause)
