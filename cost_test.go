@@ -250,12 +250,12 @@ func TestManyRenewalsSharePipelines(t *testing.T) {
 		defer l.Release(ctx)
 	}
 	before := counters[0].trips.Load()
-	calls := scriptsRun(t, clients[0])
+	calls := renewalsRun(t, clients[0])
 	time.Sleep(2500 * time.Millisecond) // more than one renewal interval (1s) for every lock, the later ones in step
 	for _, stop := range stops {
 		stop()
 	}
-	renewals := scriptsRun(t, clients[0]) - calls
+	renewals := renewalsRun(t, clients[0]) - calls
 	trips := counters[0].trips.Load() - before
 	if renewals < locks {
 		t.Fatalf("%d renewals reached master 0, want at least one per lock (%d)", renewals, locks)
@@ -293,11 +293,11 @@ func TestARenewalAllocatesLittle(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond) // the pools fill
 	var m0, m1 runtime.MemStats
-	calls0 := calls(t, clients[0], "evalsha")
+	calls0 := renewalsRun(t, clients[0])
 	runtime.ReadMemStats(&m0)
 	time.Sleep(time.Second)
 	runtime.ReadMemStats(&m1)
-	renewals := calls(t, clients[0], "evalsha") - calls0
+	renewals := renewalsRun(t, clients[0]) - calls0
 	if renewals < locks*10 {
 		t.Fatalf("%d renewals in 1s of %d locks renewed every 10ms", renewals, locks)
 	}

@@ -473,6 +473,17 @@ func scriptsRun(t *testing.T, masters ...redis.UniversalClient) (n int64) {
 	return n
 }
 
+// renewalsRun counts the renewals (and Extends) of held keys that the
+// masters ran: the PEXPIREs of the extend scripts, which carry them one
+// or many to a call.
+func renewalsRun(t *testing.T, masters ...redis.UniversalClient) (n int64) {
+	t.Helper()
+	for _, m := range masters {
+		n += calls(t, m, "pexpire")
+	}
+	return n
+}
+
 // asksOn counts what the masters ran for waiters and holders: plain SETs
 // (a woken waiter's ask) and scripts (a waiter's ask, a release, an undo).
 func asksOn(t *testing.T, masters []redis.UniversalClient) (n int64) {

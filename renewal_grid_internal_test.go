@@ -39,14 +39,16 @@ func TestRenewalsOfLocksWithDifferentTTLsShareTheGrid(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
 			mu sync.Mutex
-			at []time.Time // when each script was sent
+			at []time.Time // when each renewal was sent
 		)
 		c := inMemory(t, onSend(func(cmds ...redis.Cmder) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, cmd := range cmds {
 				if isScript(cmd) {
-					at = append(at, time.Now())
+					for range scriptKeys(cmd) {
+						at = append(at, time.Now())
+					}
 				}
 			}
 		}), WithNodeTimeout(100*time.Millisecond))

@@ -34,21 +34,21 @@ func TestRenewalsDecidedAtAQuorumAreNotSentToASlowMaster(t *testing.T) {
 		}
 		stops = append(stops, stop)
 	}
-	f0, s0 := calls(t, fast, "evalsha"), calls(t, direct, "evalsha")
+	f0, s0 := renewalsRun(t, fast), renewalsRun(t, direct)
 	time.Sleep(2 * time.Second)
-	f1, s1 := calls(t, fast, "evalsha"), calls(t, direct, "evalsha")
+	f1, s1 := renewalsRun(t, fast), renewalsRun(t, direct)
 	for _, stop := range stops {
 		stop()
 	}
 	renewals, slow := f1-f0, s1-s0
 	if renewals < locks*10 {
-		t.Fatalf("the fast master ran %d scripts in 2s, want about %d renewals", renewals, locks*20)
+		t.Fatalf("the fast master ran %d renewals in 2s, want about %d", renewals, locks*20)
 	}
 	// One batch per round trip goes out, with the renewals not decided
 	// yet when it leaves: a few. Every renewal sent is about as many as
 	// the fast master ran.
 	t.Logf("fast %d slow %d", renewals, slow)
 	if slow*2 > renewals {
-		t.Errorf("the slow master ran %d scripts while the fast one ran %d renewals: renewals decided at a quorum were still sent to it", slow, renewals)
+		t.Errorf("the slow master ran %d renewals while the fast one ran %d: renewals decided at a quorum were still sent to it", slow, renewals)
 	}
 }

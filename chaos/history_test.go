@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/scripts"
 )
 
 // newTestWitness is a Witness fed by hand (no masters).
@@ -116,6 +118,45 @@ func TestWitnessEvents(t *testing.T) {
 	}
 	if len(w.Events("A")) == 0 {
 		t.Error("Prune dropped a kept token")
+	}
+}
+
+// TestWitnessSeesEachExtendOfABatch: a batch of Extends in one call
+// (extend_batch.lua) counts as each token's own extend, with its own
+// PEXPIRE or re-take, on the key it begins with its GET; a key outside the
+// prefix, first or not, is not watched.
+func TestWitnessSeesEachExtendOfABatch(t *testing.T) {
+	w := newTestWitness()
+	feed(w, 0, 100, false, "script", "load", scripts.ExtendBatch.Src)
+	feed(w, 0, 2000, false, "evalsha", scripts.ExtendBatch.SHA, "4", "other:x", "chaos:a", "chaos:b", "chaos:c",
+		"X", "500", "9", "9", "A", "500", "9", "9", "B", "500", "9", "", "C", "500", "9", "9")
+	feed(w, 0, 2001, true, "GET", "other:x") // a key outside the prefix: not watched
+	feed(w, 0, 2001, true, "TIME")
+	feed(w, 0, 2001, true, "PEXPIRE", "other:x", "500", "GT")
+	feed(w, 0, 2001, true, "GET", "chaos:a") // A: past its validity, nothing done
+	feed(w, 0, 2002, true, "TIME")
+	feed(w, 0, 2003, true, "GET", "chaos:b") // B: extended
+	feed(w, 0, 2004, true, "TIME")
+	feed(w, 0, 2005, true, "PEXPIRE", "chaos:b", "500", "GT")
+	feed(w, 0, 2006, true, "GET", "chaos:c") // C: re-taken
+	feed(w, 0, 2007, true, "TIME")
+	feed(w, 0, 2008, true, "SET", "chaos:c", "C", "PX", "500")
+	for tok, want := range map[string][]string{
+		"X": nil,
+		"A": {"extend@chaos:a"},
+		"B": {"extend@chaos:b", "effect@chaos:b"},
+		"C": {"extend@chaos:c", "retake@chaos:c"},
+	} {
+		var got []string
+		for _, ev := range w.Events(tok) {
+			got = append(got, ev.Kind+"@"+ev.Key)
+			if ev.Kind == EvExtend && ev.At != 2000 {
+				t.Errorf("%s's extend at %d, want the call's time (2000)", tok, ev.At)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s's events %v, want %v", tok, got, want)
+		}
 	}
 }
 

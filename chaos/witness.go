@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/scripts"
 )
 
 // A Witness watches every master through MONITOR and keeps, for each lock
@@ -84,7 +86,18 @@ type witnessCmd struct {
 	kind, token, key string
 	pending          bool
 	at, seq          int64
+	// join holds the keys and tokens of a batch of Extends in one call
+	// (extend_batch.lua), in the order it runs them, each from its GET;
+	// next is the one the next GET begins.
+	join []joinedKey
+	next int
 }
+
+// A joinedKey is one Extend of a batch of them in one call.
+type joinedKey struct{ key, token string }
+
+// evJoin is the kind of extend_batch.lua: the Extends of several keys.
+const evJoin = "join"
 
 // NewWitness starts MONITOR on each address; keys outside prefix are
 // ignored. Close it when done.
@@ -253,6 +266,18 @@ func (w *Witness) line(m int, l string) {
 	switch {
 	case src == "lua":
 		c := w.cur[m]
+		if c.join != nil && cmd == "get" && len(args) == 2 && c.next < len(c.join) {
+			// The batch begins its next key's Extend: as one call of
+			// extend.lua with that key's token.
+			k := c.join[c.next]
+			w.cur[m].next++
+			w.cur[m].kind, w.cur[m].key, w.cur[m].token = "", k.key, k.token
+			if strings.HasPrefix(k.key, w.prefix) {
+				w.cur[m].kind = EvExtend
+				evAt(EvExtend, k.token, k.key, c.at, c.seq)
+			}
+			c = w.cur[m]
+		}
 		if c.pending { // the script runs: its first command
 			w.cur[m].pending = false
 			evAt(c.kind, c.token, c.key, c.at, c.seq)
@@ -282,7 +307,16 @@ func (w *Witness) line(m int, l string) {
 		}
 		kind := w.scripts[sha]
 		n, err := strconv.Atoi(args[2])
-		if kind == "" || err != nil || n < 1 || len(args) < 3+n+1 || !strings.HasPrefix(args[3], w.prefix) {
+		if kind == evJoin && err == nil && n >= 1 && len(args) >= 3+5*n {
+			// Each key's prefix is looked at as its Extend begins.
+			var join []joinedKey
+			for i := range n {
+				join = append(join, joinedKey{key: args[3+i], token: args[3+n+4*i]})
+			}
+			w.cur[m] = witnessCmd{join: join, at: at, seq: w.seq[m]}
+			return
+		}
+		if kind == "" || kind == evJoin || err != nil || n < 1 || len(args) < 3+n+1 || !strings.HasPrefix(args[3], w.prefix) {
 			return
 		}
 		key, token := args[3], args[3+n]
@@ -306,6 +340,8 @@ func (w *Witness) learn(src string) string {
 	s := strings.ToUpper(src)
 	has := func(c string) bool { return strings.Contains(s, "'"+c+"'") || strings.Contains(s, `"`+c+`"`) }
 	switch {
+	case sha == scripts.ExtendBatch.SHA:
+		w.scripts[sha] = evJoin
 	case has("DEL"):
 		w.scripts[sha] = EvRelease
 	case has("PEXPIRE") && has("SET"):

@@ -1,6 +1,8 @@
 // Package scripts holds every Lua script of the lock, one .lua file each,
 // embedded at build time. Each touches only the keys it is given in KEYS,
-// so it runs on a Redis Cluster (all KEYS of one call share a slot).
+// so it runs on a Redis Cluster (all KEYS of one call share a slot), all
+// but ExtendBatch: its keys need not share one, and it runs on standalone
+// masters only.
 //
 // A lock key's value is its owner's token, followed by the wait mark "!"
 // (which no token contains) once a waiter found the key held, and after the
@@ -78,6 +80,11 @@ var (
 	AcquireFencedAgain = load("acquire_fenced_again.lua", "83e8813784c0683d5f9db2fe8371f4c638e827f0")
 	Wait               = load("wait.lua", "afe5bb3aa775a9dadff8484e92753a09a4c357d0")
 	Watch              = load("watch.lua", "443b1c9fec41bd0efea19e984b136041e7617eaa")
+
+	// ExtendBatch is Extend for several lock keys in one call (the wire's
+	// runs of plain Extends): on one standalone master only, as its keys
+	// need not share a hash slot.
+	ExtendBatch = load("extend_batch.lua", "c345a488ae4cfaf929e07caee54fb8c42dcdff7c")
 )
 
 // The scripts of a lock on several keys (the root package's ObtainMulti).
@@ -94,4 +101,4 @@ var (
 
 // All lists every script, for loading them all at once.
 var All = [...]*Script{&Release, &Keep, &Extend, &AcquireFenced, &Raise, &ExtendFenced, &FencedWrite, &Inspect, &AcquireAgain, &AcquireFencedAgain,
-	&AcquireSet, &RaiseSet, &ExtendSet, &ReleaseSet, &Wait, &Watch}
+	&AcquireSet, &RaiseSet, &ExtendSet, &ReleaseSet, &Wait, &Watch, &ExtendBatch}

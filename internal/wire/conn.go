@@ -195,6 +195,7 @@ func (t *redisTransport) identify(ctx context.Context, c *redis.Conn) (int64, st
 	if server.Err() == nil {
 		s, _ := server.Val().(string)
 		runID = infoField(s, "run_id")
+		t.st.sawMode(infoField(s, "redis_mode"))
 		u, err := strconv.ParseInt(infoField(s, "server_time_usec"), 10, 64)
 		usec, clock = u, err == nil && u > 0
 	}

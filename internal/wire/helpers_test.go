@@ -436,6 +436,16 @@ func testOp(kind Kind, key, ckey, token string, ttlMs int64) Op {
 // returns each request's answer by position.
 func execBatch(t *testing.T, m *Master, ops []Op) []error {
 	t.Helper()
+	got := make([]error, len(ops))
+	for i, r := range execBatchReplies(t, m, ops) {
+		got[i] = r.Err
+	}
+	return got
+}
+
+// execBatchReplies is execBatch, with the whole replies.
+func execBatchReplies(t *testing.T, m *Master, ops []Op) []Reply {
+	t.Helper()
 	sink := make(chanSink, len(ops))
 	batch := make([]*request, len(ops))
 	for i := range ops {
@@ -459,7 +469,7 @@ func execBatch(t *testing.T, m *Master, ops []Op) []error {
 	l.mu.Lock()
 	l.running = false
 	l.mu.Unlock()
-	got := make([]error, len(ops))
+	got := make([]Reply, len(ops))
 	seen := make([]bool, len(ops))
 	for range ops {
 		r := <-sink
@@ -467,7 +477,7 @@ func execBatch(t *testing.T, m *Master, ops []Op) []error {
 			t.Fatalf("request %d answered twice", r.Idx)
 		}
 		seen[r.Idx] = true
-		got[r.Idx] = r.Err
+		got[r.Idx] = r
 	}
 	select {
 	case r := <-sink:

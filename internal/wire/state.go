@@ -20,6 +20,11 @@ import (
 type state struct {
 	loaded    atomic.Bool  // every script is in the master's cache, as far as we know
 	killKnown atomic.Int32 // 0 not asked yet, 1 CLIENT KILL allowed, 2 not
+	// joins says whether runs of Extends go to the master as one call
+	// (joined.go): joinsUnknown until a connection's INFO server says
+	// the master is a standalone Redis, joinsRefused for good once it
+	// refused one.
+	joins atomic.Int32
 	// runID is the master process's run_id (INFO server), to tell a
 	// restart from a connection merely closed: nil until asked, "" when
 	// the master does not say.
