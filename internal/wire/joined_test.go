@@ -234,60 +234,30 @@ func TestAJoinsKeyErrorsLeaveTheConnectionInStep(t *testing.T) {
 // every command (a Cluster node reached by a plain client, as a proxy in
 // front of shards) is sent each Extend alone, and each is extended.
 func TestJoinsGoOnlyToAStandaloneRedis(t *testing.T) {
-	ctx := context.Background()
 	cl := redistest.StartCluster(t, 1)
 	rdb := cl.Servers[0].Client()
 	t.Cleanup(func() { rdb.Close() })
 	m := newMaster(t, rdb, Config{})
-	var ops []Op
-	for _, k := range []string{"k1", "k2", "k3"} {
-		if err := rdb.Set(ctx, k, "tok", time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, testOp(KindExtend, k, "", "tok", 60000))
-	}
+	ops := heldExtends(t, rdb, "k1", "k2", "k3")
 	execBatch(t, m, ops[:1]) // a connection taken: the master's mode known
-	calls := evalshaCalls(t, rdb)
-	for i, err := range execBatch(t, m, ops) {
-		if err != nil {
-			t.Errorf("Extend %d: %v", i, err)
-		}
-	}
-	if n := evalshaCalls(t, rdb) - calls; n != len(ops) {
-		t.Errorf("%d EVALSHA calls for %d Extends, want one each", n, len(ops))
-	}
+	extendedAlone(t, m, rdb, ops)
 }
 
 // TestAMasterThatRefusesAJoinGetsNoMore: a join the master answers with an
 // error of the whole call fails its Extends there, and the next Extends go
 // alone, and are extended.
 func TestAMasterThatRefusesAJoinGetsNoMore(t *testing.T) {
-	ctx := context.Background()
 	rdb := redistest.Clients(t, redistest.Start(t, 1))[0].(*redis.Client)
 	rdb.AddHook(refuseJoins{})
 	m := newMaster(t, rdb, Config{})
-	var ops []Op
-	for _, k := range []string{"k1", "k2", "k3"} {
-		if err := rdb.Set(ctx, k, "tok", time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, testOp(KindExtend, k, "", "tok", 60000))
-	}
+	ops := heldExtends(t, rdb, "k1", "k2", "k3")
 	execBatch(t, m, ops[:1]) // a connection taken: the master's mode known
 	for i, err := range execBatch(t, m, ops) {
 		if err == nil || !strings.HasPrefix(err.Error(), "CROSSSLOT") {
 			t.Errorf("Extend %d of the refused join: %v, want CROSSSLOT", i, err)
 		}
 	}
-	calls := evalshaCalls(t, rdb)
-	for i, err := range execBatch(t, m, ops) {
-		if err != nil {
-			t.Errorf("Extend %d after the refusal: %v", i, err)
-		}
-	}
-	if n := evalshaCalls(t, rdb) - calls; n != len(ops) {
-		t.Errorf("%d EVALSHA calls for %d Extends after the refusal, want one each", n, len(ops))
-	}
+	extendedAlone(t, m, rdb, ops)
 }
 
 // refuseJoins is a go-redis hook that answers every join with CROSSSLOT
@@ -381,13 +351,7 @@ func TestAJoinOnADemotedMasterIsRefusedWhole(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Clients(t, redistest.Start(t, 1))[0].(*redis.Client)
 	m := newMaster(t, rdb, Config{})
-	var ops []Op
-	for _, k := range []string{"k1", "k2", "k3"} {
-		if err := rdb.Set(ctx, k, "tok", time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, testOp(KindExtend, k, "", "tok", 60000))
-	}
+	ops := heldExtends(t, rdb, "k1", "k2", "k3")
 	execBatch(t, m, ops) // the scripts loaded, the master's mode known
 	before := connID(m)
 	if err := rdb.ReplicaOf(ctx, "127.0.0.1", "1").Err(); err != nil { // a master that never answers: the data stays
@@ -420,5 +384,34 @@ func TestAJoinOnADemotedMasterIsRefusedWhole(t *testing.T) {
 		// Where a failover moves the master's name to another server, a
 		// kept connection would stay with the replica.
 		t.Error("the lane kept the connection that was answered READONLY")
+	}
+}
+
+// heldExtends sets each of keys to the token "tok" for a minute, and
+// returns an Extend of each.
+func heldExtends(t *testing.T, rdb redis.Cmdable, keys ...string) []Op {
+	t.Helper()
+	var ops []Op
+	for _, k := range keys {
+		if err := rdb.Set(context.Background(), k, "tok", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, testOp(KindExtend, k, "", "tok", 60000))
+	}
+	return ops
+}
+
+// extendedAlone runs ops, Extends, as one batch on m, and checks that each
+// was extended in a call of its own.
+func extendedAlone(t *testing.T, m *Master, rdb *redis.Client, ops []Op) {
+	t.Helper()
+	calls := evalshaCalls(t, rdb)
+	for i, err := range execBatch(t, m, ops) {
+		if err != nil {
+			t.Errorf("Extend %d: %v", i, err)
+		}
+	}
+	if n := evalshaCalls(t, rdb) - calls; n != len(ops) {
+		t.Errorf("%d EVALSHA calls for %d Extends, want one each", n, len(ops))
 	}
 }
