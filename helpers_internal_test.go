@@ -148,17 +148,6 @@ type scriptCounter struct{ n, ran atomic.Int64 }
 // isScript matches the lock scripts (EVALSHA, EVAL).
 func isScript(c redis.Cmder) bool { n := c.Name(); return n == "evalsha" || n == "eval" }
 
-// scriptKeys is how many lock keys a script command carries: the keys of
-// a batch of Extends (extend_batch.lua), else one.
-func scriptKeys(c redis.Cmder) int {
-	if a := c.Args(); len(a) > 2 && a[1] == scripts.ExtendBatch.SHA {
-		if n, ok := a[2].(int); ok {
-			return n
-		}
-	}
-	return 1
-}
-
 func (h *scriptCounter) count(cmds ...redis.Cmder) {
 	for _, c := range cmds {
 		if isScript(c) {

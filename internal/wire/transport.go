@@ -168,11 +168,8 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		}
 		t.send(ctx, again, !t.st.loaded.Load(), time.Now())
 	}
-	retry, scripted := 0, 0
+	retry := 0
 	for i, r := range batch {
-		if r.cmd.Name() != "set" {
-			scripted++
-		}
 		if noScript(r.cmd.Err()) {
 			batch[retry], batch[i] = r, batch[retry]
 			retry++
@@ -181,7 +178,7 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 	if retry > 0 {
 		t.st.loaded.Store(false)
 	}
-	if retry > 0 && retry < scripted {
+	if retry > 0 && retry < scriptRequests(batch) {
 		// Some of the batch's scripts ran where others were missing:
 		// another process loaded its own scripts only, after the master
 		// lost its cache. Were they rerun, the missing ones could run after
@@ -216,6 +213,17 @@ func (t *redisTransport) exec(batch []*request, now time.Time) {
 		}
 	}
 	t.keep(batch)
+}
+
+// scriptRequests counts the requests of batch sent as scripts: all but
+// the plain SETs of acquires.
+func scriptRequests(batch []*request) (n int) {
+	for _, r := range batch {
+		if r.cmd.Name() != "set" {
+			n++
+		}
+	}
+	return n
 }
 
 // failed notes r's failure as the master's last when it says why
